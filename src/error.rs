@@ -1,0 +1,78 @@
+//! Errors of the safe Rust API. The C boundary maps each [`ErrorKind`] to one status code.
+
+use std::fmt;
+
+/// What went wrong, independent of the message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An argument is out of its documented range (zero size, bad flag, interior NUL, ...).
+    InvalidArgument,
+    /// A node or input was given an empty name.
+    EmptyName,
+    /// Two nodes or inputs share a name.
+    DuplicateName,
+    /// An input names a node that does not exist.
+    UnknownValue,
+    /// An input names an output index the producing node does not have.
+    OutputIndex,
+    /// The graph has a cycle; the message lists the nodes on it.
+    Cycle,
+    /// A byte size, or a sum of byte sizes, does not fit the address space.
+    SizeOverflow,
+    /// The graph was finalized and can no longer change.
+    Finalized,
+    /// The graph must be finalized first.
+    NotFinalized,
+    /// The pool or the system could not provide the memory.
+    OutOfMemory,
+    /// A kernel reported failure (non-zero return or an error value).
+    KernelFailed,
+    /// A kernel panicked (Rust kernels only; C kernels cannot panic).
+    KernelPanicked,
+    /// Graph inputs were bound wrongly at run time (missing, unknown, wrong size, misaligned).
+    InputBinding,
+    /// A value was asked for that is not a graph output.
+    NotAnOutput,
+    /// A pointer was released that the pool did not hand out, or was already released.
+    UnknownPointer,
+}
+
+/// An error with a sentence naming the node, value or argument at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Shorthand used throughout the crate: `err(ErrorKind::Cycle, format!(...))`.
+pub(crate) fn err<T>(kind: ErrorKind, message: impl Into<String>) -> Result<T> {
+    Err(Error::new(kind, message))
+}

@@ -1,0 +1,182 @@
+//! `gs_ctx_*`: what a C kernel calls while it runs.
+
+use std::ffi::{c_char, c_void, CStr};
+
+use super::gs_status::*;
+use super::handle::{out_arg, str_arg};
+use super::status::{guard, FfiError, FfiResult};
+use super::{gs_status, Tensor};
+use crate::exec::KernelCtx;
+
+const CTX_TAG: u64 = 0x6773_6374_785f_6f6b; // "gsctx_ok"
+
+/// The context of one running kernel; valid only during that kernel call.
+pub struct gs_kernel_ctx {
+    tag: u64,
+    ctx: *mut KernelCtx<'static>,
+}
+
+/// A C kernel and its user data.
+#[derive(Clone, Copy)]
+pub(crate) struct CKernel {
+    pub f: unsafe extern "C" fn(*mut gs_kernel_ctx, *mut c_void) -> i32,
+    pub user_data: *mut c_void,
+}
+
+// SAFETY: the header requires kernels and their user data to be callable from any thread;
+// graphsched only passes the pointer back to the kernel.
+unsafe impl Send for CKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CKernel {}
+
+impl CKernel {
+    pub fn call(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+        let mut c = gs_kernel_ctx {
+            tag: CTX_TAG,
+            ctx: (ctx as *mut KernelCtx<'_>).cast(),
+        };
+        // SAFETY: the caller vouched for the function and user data when adding the node; `c`
+        // outlives the call. A C function cannot unwind into Rust (C++ exceptions are banned).
+        let rc = unsafe { (self.f)(&mut c, self.user_data) };
+        match rc {
+            0 => Ok(()),
+            rc => Err(format!("kernel returned {rc}")),
+        }
+    }
+}
+
+/// The running kernel's context, if `c` is one.
+///
+/// # Safety
+/// A non-NULL `c` is either a context handed to a kernel that is still running, or garbage
+/// that the tag check rejects only if it is readable: kernels must not keep contexts.
+unsafe fn ctx<'a>(c: *const gs_kernel_ctx) -> FfiResult<&'a mut KernelCtx<'static>> {
+    // SAFETY: per the function contract.
+    match unsafe { c.as_ref() } {
+        None => Err(FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'ctx' is NULL")),
+        Some(c) if c.tag != CTX_TAG => Err(FfiError::new(
+            GS_ERR_INVALID_HANDLE,
+            "argument 'ctx' is not the context of a running kernel",
+        )),
+        // SAFETY: a tagged context points at the live `KernelCtx` of its kernel call, which
+        // only this kernel's thread uses until it returns.
+        Some(c) => Ok(unsafe { &mut *c.ctx }),
+    }
+}
+
+/// Number of inputs of the running node; 0 for a bad context.
+#[no_mangle]
+pub extern "C" fn gs_ctx_num_inputs(c: *const gs_kernel_ctx) -> u32 {
+    let mut n = 0;
+    // SAFETY: `c` comes from the kernel's arguments (C contract).
+    guard(|| unsafe { ctx(c) }.map(|x| n = x.num_inputs() as u32));
+    n
+}
+
+/// Number of outputs of the running node; 0 for a bad context.
+#[no_mangle]
+pub extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
+    let mut n = 0;
+    // SAFETY: as above.
+    guard(|| unsafe { ctx(c) }.map(|x| n = x.num_outputs() as u32));
+    n
+}
+
+/// Input `i` of the running node, read-only; NULL (last error set) if `i` is out of range.
+#[no_mangle]
+pub extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const Tensor {
+    let mut t = std::ptr::null();
+    guard(|| {
+        // SAFETY: as above.
+        let x = unsafe { ctx(c) }?;
+        let n = x.num_inputs();
+        t = x.input(i as usize).ok_or_else(|| {
+            FfiError::new(
+                GS_ERR_INVALID_ARGUMENT,
+                format!("node '{}' has no input {i} ({n} inputs)", x.node_name()),
+            )
+        })?;
+        Ok(())
+    });
+    t
+}
+
+/// Output `i` of the running node; NULL (last error set) if `i` is out of range. A static output
+/// is allocated already; a dynamic one has `data == NULL` until `gs_ctx_alloc_output`. The
+/// kernel may set dtype, ndim, dims and strides, and lower nbytes.
+#[no_mangle]
+pub extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
+    let mut t = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: as above.
+        let x = unsafe { ctx(c) }?;
+        let n = x.num_outputs();
+        let name = x.node_name().to_owned();
+        t = x.output(i as usize).ok_or_else(|| {
+            FfiError::new(
+                GS_ERR_INVALID_ARGUMENT,
+                format!("node '{name}' has no output {i} ({n} outputs)"),
+            )
+        })?;
+        Ok(())
+    });
+    t
+}
+
+/// Allocates dynamic output `i` with its real byte count; `out` (may be NULL) receives its
+/// descriptor.
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gs_ctx_alloc_output(
+    c: *mut gs_kernel_ctx,
+    i: u32,
+    nbytes: usize,
+    out: *mut *mut Tensor,
+) -> gs_status {
+    guard(|| {
+        // SAFETY: as above.
+        let x = unsafe { ctx(c) }?;
+        let t: *mut Tensor = x.alloc_output(i as usize, nbytes)?;
+        if !out.is_null() {
+            // SAFETY: non-NULL and writable by contract.
+            *unsafe { out_arg(out, "out") }? = t;
+        }
+        Ok(())
+    })
+}
+
+/// Records why the kernel is failing; the run's error message quotes it with the node's name.
+///
+/// # Safety
+/// `message` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn gs_ctx_set_error(c: *mut gs_kernel_ctx, message: *const c_char) {
+    let _ = guard(|| {
+        // SAFETY: as above.
+        let x = unsafe { ctx(c) }?;
+        // SAFETY: NUL-terminated by contract; NULL is reported.
+        let text = match unsafe { str_arg(message, "message") } {
+            Ok(t) => t.to_owned(),
+            // SAFETY: non-NULL here, NUL-terminated by contract.
+            Err(_) if !message.is_null() => unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned(),
+            Err(e) => return Err(e),
+        };
+        x.set_error(text);
+        Ok(())
+    });
+}
+
+/// Name of the running node, valid while the graph lives; NULL for a bad context.
+#[no_mangle]
+pub extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
+    let mut name = std::ptr::null();
+    guard(|| {
+        // SAFETY: as above.
+        let x = unsafe { ctx(c) }?;
+        name = x.graph().node_name_c(x.node()).as_ptr();
+        Ok(())
+    });
+    name
+}

@@ -1,0 +1,316 @@
+//! `gs_graph_*`: building, finalizing and inspecting graphs.
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use super::ctx::{gs_kernel_ctx, CKernel};
+use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, str_arg, Handle};
+use super::status::{guard, FfiError, FfiResult};
+use super::{gs_status, gs_status::*, GS_MAX_NODE_PORTS, GS_NODE_ZERO_OUTPUT, GS_SIZE_DYNAMIC};
+use crate::graph::{Graph, GraphBuilder, GraphInfo, NodeDesc, OutputSize, ValueRef};
+
+/// A graph: mutable until `gs_graph_finalize`, immutable and shareable between threads after.
+pub struct gs_graph {
+    builder: Mutex<GraphBuilder>,
+    compiled: OnceLock<Arc<Graph>>,
+}
+
+impl Handle for gs_graph {
+    const NAME: &'static str = "gs_graph";
+}
+
+impl gs_graph {
+    fn builder(&self) -> MutexGuard<'_, GraphBuilder> {
+        self.builder.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn compiled(&self) -> FfiResult<&Arc<Graph>> {
+        self.compiled.get().ok_or_else(|| {
+            FfiError::new(
+                GS_ERR_NOT_FINALIZED,
+                "the graph is not finalized: call gs_graph_finalize before running or inspecting it",
+            )
+        })
+    }
+}
+
+/// A node's kernel: reads inputs and writes outputs through `ctx`, returns 0 on success.
+/// Any other value stops the run with `GS_ERR_KERNEL_FAILED`. Kernels may run on any thread.
+/// A C++ exception must not leave a kernel: catch it and return non-zero.
+#[allow(non_camel_case_types)]
+pub type gs_kernel_fn = Option<unsafe extern "C" fn(ctx: *mut gs_kernel_ctx, user_data: *mut c_void) -> i32>;
+
+/// Everything that describes one node. Zero-initialize, then fill in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gs_node_desc {
+    /// Unique, non-empty, UTF-8.
+    pub name: *const c_char,
+    /// Operator type, e.g. "Conv" (NULL means ""). Nodes of one type share learned durations.
+    pub op_type: *const c_char,
+    pub kernel: gs_kernel_fn,
+    pub user_data: *mut c_void,
+    /// Values the node reads; may name nodes added later.
+    pub inputs: *const ValueRef,
+    pub num_inputs: u32,
+    /// At least 1.
+    pub num_outputs: u32,
+    /// Byte size of each output, or `GS_SIZE_DYNAMIC`.
+    pub output_sizes: *const usize,
+    /// Expected duration; 0 if unknown.
+    pub estimated_ns: u64,
+    /// `GS_NODE_*` bits.
+    pub flags: u32,
+}
+
+/// Makes an empty graph.
+#[no_mangle]
+pub extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable (C contract).
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = into_handle(gs_graph {
+            builder: Mutex::new(GraphBuilder::new()),
+            compiled: OnceLock::new(),
+        });
+        Ok(())
+    })
+}
+
+/// Frees a graph. NULL does nothing. Results of its runs stay valid.
+#[no_mangle]
+pub extern "C" fn gs_graph_free(graph: *mut gs_graph) {
+    // SAFETY: no other thread uses the handle while it is freed (C contract).
+    let _ = guard(|| {
+        unsafe { free_handle(graph, "graph") };
+        Ok(())
+    });
+}
+
+/// Adds a graph input of `nbytes`, bound to caller memory at each run; `out` (may be NULL)
+/// receives its value.
+///
+/// # Safety
+/// `name` is NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gs_graph_add_input(
+    graph: *mut gs_graph,
+    name: *const c_char,
+    nbytes: usize,
+    out: *mut ValueRef,
+) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        let name = unsafe { str_arg(name, "name") }?;
+        let value = g.builder().add_input(name, nbytes)?;
+        if let Some(out) = unsafe { out.as_mut() } {
+            *out = value;
+        }
+        Ok(())
+    })
+}
+
+/// Adds a node; `out_node` (may be NULL) receives its id. Ids count from 0 in the order nodes
+/// and inputs are added.
+///
+/// # Safety
+/// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gs_graph_add_node(
+    graph: *mut gs_graph,
+    desc: *const gs_node_desc,
+    out_node: *mut u32,
+) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        // SAFETY: readable by contract.
+        let d =
+            unsafe { desc.as_ref() }.ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'desc' is NULL"))?;
+        let name = unsafe { str_arg(d.name, "desc.name") }?;
+        let op_type = if d.op_type.is_null() {
+            ""
+        } else {
+            unsafe { str_arg(d.op_type, "desc.op_type") }?
+        };
+        let Some(kernel) = d.kernel else {
+            return Err(FfiError::new(
+                GS_ERR_NULL_ARGUMENT,
+                format!("node '{name}' has a NULL kernel"),
+            ));
+        };
+        if d.flags & !GS_NODE_ZERO_OUTPUT != 0 {
+            return Err(FfiError::new(
+                GS_ERR_INVALID_ARGUMENT,
+                format!(
+                    "node '{name}' has unknown flag bits {:#x}",
+                    d.flags & !GS_NODE_ZERO_OUTPUT
+                ),
+            ));
+        }
+        let max = GS_MAX_NODE_PORTS as usize;
+        let inputs = unsafe { slice_arg(d.inputs, d.num_inputs as usize, max, "desc.inputs") }?;
+        let sizes = unsafe { slice_arg(d.output_sizes, d.num_outputs as usize, max, "desc.output_sizes") }?;
+        let kernel = CKernel {
+            f: kernel,
+            user_data: d.user_data,
+        };
+        let node = NodeDesc {
+            name: name.to_owned(),
+            op_type: op_type.to_owned(),
+            kernel: Box::new(move |ctx| kernel.call(ctx)),
+            inputs: inputs.to_vec(),
+            outputs: sizes
+                .iter()
+                .map(|&n| {
+                    if n == GS_SIZE_DYNAMIC {
+                        OutputSize::Dynamic
+                    } else {
+                        OutputSize::Bytes(n)
+                    }
+                })
+                .collect(),
+            estimate_ns: (d.estimated_ns != 0).then_some(d.estimated_ns),
+            zero_output: d.flags & GS_NODE_ZERO_OUTPUT != 0,
+        };
+        let id = g.builder().add_node(node)?;
+        if let Some(out) = unsafe { out_node.as_mut() } {
+            *out = id;
+        }
+        Ok(())
+    })
+}
+
+/// Marks a value as a graph output: it survives the run in the result.
+#[no_mangle]
+pub extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        Ok(g.builder().mark_output(value)?)
+    })
+}
+
+/// Validates and analyses the graph. After success the graph is immutable and may be run from
+/// many threads; after failure nothing changed.
+#[no_mangle]
+pub extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        let mut builder = g.builder();
+        let compiled = builder.finalize()?;
+        g.compiled
+            .set(Arc::new(compiled))
+            .ok()
+            .expect("the builder finalizes once");
+        Ok(())
+    })
+}
+
+/// Figures of a finalized graph.
+#[no_mangle]
+pub extern "C" fn gs_graph_get_info(graph: *const gs_graph, out: *mut GraphInfo) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = g.compiled()?.info();
+        Ok(())
+    })
+}
+
+fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> FfiResult<()> {
+    let len = unsafe { out_arg(len, "len") }?;
+    *len = ids.len();
+    let n = ids.len().min(capacity);
+    if n > 0 {
+        if nodes.is_null() {
+            return Err(FfiError::new(
+                GS_ERR_NULL_ARGUMENT,
+                format!("argument 'nodes' is NULL but capacity is {capacity}"),
+            ));
+        }
+        // SAFETY: `nodes` is writable for `capacity` elements (C contract) and n <= capacity.
+        unsafe { std::ptr::copy_nonoverlapping(ids.as_ptr(), nodes, n) };
+    }
+    Ok(())
+}
+
+/// Writes up to `capacity` node ids of the critical path (operator nodes, in order) to `nodes`
+/// and its full length to `*len`. Call with capacity 0 to learn the length.
+///
+/// # Safety
+/// `nodes` is writable for `capacity` ids; `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn gs_graph_critical_path(
+    graph: *const gs_graph,
+    nodes: *mut u32,
+    capacity: usize,
+    len: *mut usize,
+) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        copy_ids(g.compiled()?.critical_path(), nodes, capacity, len)
+    })
+}
+
+/// Like `gs_graph_critical_path`, for the topological order (every node, graph inputs included).
+///
+/// # Safety
+/// As for `gs_graph_critical_path`.
+#[no_mangle]
+pub unsafe extern "C" fn gs_graph_topological_order(
+    graph: *const gs_graph,
+    nodes: *mut u32,
+    capacity: usize,
+    len: *mut usize,
+) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        copy_ids(g.compiled()?.topological_order(), nodes, capacity, len)
+    })
+}
+
+/// Finds a node (or graph input) by name.
+///
+/// # Safety
+/// `name` is NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn gs_graph_find_node(graph: *const gs_graph, name: *const c_char, out: *mut u32) -> gs_status {
+    guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        let name = unsafe { str_arg(name, "name") }?;
+        let out = unsafe { out_arg(out, "out") }?;
+        let found = match g.compiled.get() {
+            Some(c) => c.find_node(name),
+            None => g.builder().find_node(name),
+        };
+        *out = found
+            .ok_or_else(|| FfiError::new(GS_ERR_UNKNOWN_VALUE, format!("the graph has no node named '{name}'")))?;
+        Ok(())
+    })
+}
+
+/// The name of a node, valid until the graph is freed; NULL (with the last error set) for a bad
+/// handle or id.
+#[no_mangle]
+pub extern "C" fn gs_graph_node_name(graph: *const gs_graph, node: u32) -> *const c_char {
+    let mut name = std::ptr::null();
+    let status = guard(|| {
+        let g = unsafe { handle_ref(graph, "graph") }?;
+        // Names live in heap buffers that neither finalize nor later additions move.
+        name = match g.compiled.get() {
+            Some(c) if (node as usize) < c.node_count() => c.node_name_c(node).as_ptr(),
+            Some(_) => std::ptr::null(),
+            None => g.builder().node_name_c(node).map_or(std::ptr::null(), |n| n.as_ptr()),
+        };
+        if name.is_null() {
+            return Err(FfiError::new(
+                GS_ERR_UNKNOWN_VALUE,
+                format!("the graph has no node {node}"),
+            ));
+        }
+        Ok(())
+    });
+    if status != GS_OK {
+        return std::ptr::null();
+    }
+    name
+}

@@ -1,0 +1,288 @@
+//! Collects nodes. Checks what can be checked at once (names, sizes, counts); references between
+//! nodes are resolved by `finalize`, since an input may name a node added later.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+
+use super::analysis::{self, Graph};
+use super::{Kernel, OutputSize, ValueRef, MAX_NODE_PORTS, MAX_VALUE_BYTES};
+use crate::error::{err, ErrorKind, Result};
+
+/// Everything that describes one node to [`GraphBuilder::add_node`].
+pub struct NodeDesc {
+    pub name: String,
+    pub op_type: String,
+    pub kernel: Kernel,
+    pub inputs: Vec<ValueRef>,
+    pub outputs: Vec<OutputSize>,
+    /// Expected duration in nanoseconds; `None` uses the learned or default estimate.
+    pub estimate_ns: Option<u64>,
+    /// Clear every output buffer before the kernel runs.
+    pub zero_output: bool,
+}
+
+impl NodeDesc {
+    pub fn new(name: impl Into<String>, op_type: impl Into<String>, kernel: Kernel) -> Self {
+        NodeDesc {
+            name: name.into(),
+            op_type: op_type.into(),
+            kernel,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            estimate_ns: None,
+            zero_output: false,
+        }
+    }
+
+    pub fn input(mut self, value: ValueRef) -> Self {
+        self.inputs.push(value);
+        self
+    }
+
+    pub fn output(mut self, nbytes: usize) -> Self {
+        self.outputs.push(OutputSize::Bytes(nbytes));
+        self
+    }
+
+    pub fn dynamic_output(mut self) -> Self {
+        self.outputs.push(OutputSize::Dynamic);
+        self
+    }
+
+    pub fn estimate_ns(mut self, ns: u64) -> Self {
+        self.estimate_ns = Some(ns);
+        self
+    }
+
+    pub fn zero_output(mut self) -> Self {
+        self.zero_output = true;
+        self
+    }
+}
+
+/// The mutable graph. Storage is flat (one array per field, CSR offsets for the variable-length
+/// ones) so that a million nodes cost a handful of allocations and `finalize` walks arrays.
+#[derive(Default)]
+pub struct GraphBuilder {
+    pub(super) names: Vec<CString>,
+    pub(super) by_name: HashMap<String, u32>,
+    pub(super) op_types: Vec<CString>,
+    pub(super) op_by_name: HashMap<String, u32>,
+    /// Per node: index into `op_types`; graph inputs use `u32::MAX`.
+    pub(super) op_of: Vec<u32>,
+    /// `None` marks a graph input.
+    pub(super) kernels: Vec<Option<Kernel>>,
+    pub(super) estimate_ns: Vec<Option<u64>>,
+    pub(super) zero_output: Vec<bool>,
+    /// Inputs of node `i` are `inputs[input_start[i]..input_start[i + 1]]`.
+    pub(super) input_start: Vec<u32>,
+    pub(super) inputs: Vec<ValueRef>,
+    /// Values of node `i` are value indices `value_start[i]..value_start[i + 1]`.
+    pub(super) value_start: Vec<u32>,
+    pub(super) value_sizes: Vec<OutputSize>,
+    pub(super) graph_outputs: Vec<ValueRef>,
+    finalized: bool,
+}
+
+impl GraphBuilder {
+    pub fn new() -> Self {
+        GraphBuilder {
+            input_start: vec![0],
+            value_start: vec![0],
+            ..Default::default()
+        }
+    }
+
+    /// Number of nodes added so far, graph inputs included; also the id the next node gets.
+    pub fn node_count(&self) -> u32 {
+        self.names.len() as u32
+    }
+
+    pub fn find_node(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn node_name_c(&self, node: u32) -> Option<&CStr> {
+        self.names.get(node as usize).map(CString::as_c_str)
+    }
+
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// Adds a graph input of `nbytes`, bound to caller memory at run time.
+    pub fn add_input(&mut self, name: &str, nbytes: usize) -> Result<ValueRef> {
+        self.check_open()?;
+        let name = self.check_name(name, "graph input")?;
+        check_size(nbytes, &format!("graph input '{}'", name.to_string_lossy()))?;
+        let id = self.push_node(name, u32::MAX, None, None, false, &[], &[OutputSize::Bytes(nbytes)])?;
+        Ok(ValueRef::new(id, 0))
+    }
+
+    /// Adds a node and returns its id.
+    pub fn add_node(&mut self, desc: NodeDesc) -> Result<u32> {
+        self.check_open()?;
+        let name = self.check_name(&desc.name, "node")?;
+        let shown = desc.name.as_str();
+        if desc.outputs.is_empty() {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("node '{shown}' has no outputs; every node needs at least one"),
+            );
+        }
+        if desc.outputs.len() > MAX_NODE_PORTS || desc.inputs.len() > MAX_NODE_PORTS {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "node '{shown}' has {} inputs and {} outputs; at most {MAX_NODE_PORTS} of each are allowed",
+                    desc.inputs.len(),
+                    desc.outputs.len()
+                ),
+            );
+        }
+        let mut total: usize = 0;
+        for (k, size) in desc.outputs.iter().enumerate() {
+            if let OutputSize::Bytes(n) = *size {
+                check_size(n, &format!("output {k} of node '{shown}'"))?;
+                total = total.saturating_add(n);
+            }
+        }
+        if total > MAX_VALUE_BYTES {
+            return err(
+                ErrorKind::SizeOverflow,
+                format!("the outputs of node '{shown}' add up to more than {MAX_VALUE_BYTES} bytes"),
+            );
+        }
+        if desc.op_type.contains('\0') {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("op type of node '{shown}' contains a NUL byte"),
+            );
+        }
+        let op = self.intern_op(&desc.op_type);
+        self.push_node(
+            name,
+            op,
+            Some(desc.kernel),
+            desc.estimate_ns,
+            desc.zero_output,
+            &desc.inputs,
+            &desc.outputs,
+        )
+    }
+
+    /// Marks a value as a graph output: it survives the run and is handed to the caller.
+    /// Checked by `finalize`, so it may name a node not added yet. Marking twice is harmless.
+    pub fn mark_output(&mut self, value: ValueRef) -> Result<()> {
+        self.check_open()?;
+        self.graph_outputs.push(value);
+        Ok(())
+    }
+
+    /// Validates and analyses the graph. On success the builder is spent: further changes return
+    /// [`ErrorKind::Finalized`]. On failure nothing changes, so the caller may add what was missing.
+    pub fn finalize(&mut self) -> Result<Graph> {
+        self.check_open()?;
+        let graph = analysis::compile(self)?;
+        self.finalized = true;
+        Ok(graph)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.finalized {
+            return err(ErrorKind::Finalized, "the graph is finalized and can no longer change");
+        }
+        Ok(())
+    }
+
+    fn check_name(&self, name: &str, what: &str) -> Result<CString> {
+        if name.is_empty() {
+            return err(
+                ErrorKind::EmptyName,
+                format!("a {what} was given an empty name (node id {})", self.node_count()),
+            );
+        }
+        if let Some(&other) = self.by_name.get(name) {
+            return err(
+                ErrorKind::DuplicateName,
+                format!("{what} name '{name}' is already used by node {other}"),
+            );
+        }
+        if self.names.len() >= u32::MAX as usize - 1 {
+            return err(
+                ErrorKind::SizeOverflow,
+                format!("cannot add {what} '{name}': the graph already has the most nodes allowed"),
+            );
+        }
+        CString::new(name).or_else(|_| {
+            err(
+                ErrorKind::InvalidArgument,
+                format!("{what} name '{}' contains a NUL byte", name.escape_default()),
+            )
+        })
+    }
+
+    fn intern_op(&mut self, op_type: &str) -> u32 {
+        if let Some(&id) = self.op_by_name.get(op_type) {
+            return id;
+        }
+        let id = self.op_types.len() as u32;
+        self.op_types
+            .push(CString::new(op_type).expect("checked for NUL by the caller"));
+        self.op_by_name.insert(op_type.to_owned(), id);
+        id
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_node(
+        &mut self,
+        name: CString,
+        op: u32,
+        kernel: Option<Kernel>,
+        estimate_ns: Option<u64>,
+        zero_output: bool,
+        inputs: &[ValueRef],
+        outputs: &[OutputSize],
+    ) -> Result<u32> {
+        let id = self.node_count();
+        let values = self.value_sizes.len() + outputs.len();
+        let edges = self.inputs.len() + inputs.len();
+        if values > u32::MAX as usize || edges > u32::MAX as usize {
+            return err(
+                ErrorKind::SizeOverflow,
+                format!(
+                    "cannot add node '{}': the graph would exceed 2^32 values or edges",
+                    name.to_string_lossy()
+                ),
+            );
+        }
+        self.by_name
+            .insert(name.to_str().expect("names come from &str").to_owned(), id);
+        self.names.push(name);
+        self.op_of.push(op);
+        self.kernels.push(kernel);
+        self.estimate_ns.push(estimate_ns);
+        self.zero_output.push(zero_output);
+        self.inputs.extend_from_slice(inputs);
+        self.input_start.push(edges as u32);
+        self.value_sizes.extend_from_slice(outputs);
+        self.value_start.push(values as u32);
+        Ok(id)
+    }
+}
+
+fn check_size(nbytes: usize, what: &str) -> Result<()> {
+    if nbytes == 0 {
+        return err(
+            ErrorKind::InvalidArgument,
+            format!("{what} has size 0; give a positive byte count or mark it dynamic"),
+        );
+    }
+    if nbytes > MAX_VALUE_BYTES {
+        return err(
+            ErrorKind::SizeOverflow,
+            format!("{what} has size {nbytes}, more than the {MAX_VALUE_BYTES} bytes one buffer can have"),
+        );
+    }
+    Ok(())
+}

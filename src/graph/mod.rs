@@ -1,0 +1,60 @@
+//! The graph model: a builder that collects nodes and values, and the immutable [`Graph`] that
+//! `finalize` compiles from it.
+//!
+//! A *node* is one operator invocation with a kernel; a *value* is one output of one node,
+//! named by [`ValueRef`] (node id, output index). Graph inputs are nodes without a kernel whose
+//! single value the caller binds to its own memory at run time. Node ids are assigned in the
+//! order nodes are added, starting at 0, and inputs may name nodes that are added later, so a
+//! builder can describe any graph, cycles included; `finalize` rejects what is not a DAG.
+
+mod analysis;
+mod builder;
+
+pub use analysis::{Graph, GraphInfo};
+pub use builder::{GraphBuilder, NodeDesc};
+
+use crate::exec::KernelCtx;
+
+/// Estimated duration used for a node that has none, until estimates are learned.
+pub const DEFAULT_ESTIMATE_NS: u64 = 1_000;
+
+/// Most inputs, and most outputs, one node may have.
+pub const MAX_NODE_PORTS: usize = 65_535;
+
+/// Largest size of one value, and of one node's outputs together: what `Layout` accepts with
+/// room for alignment.
+pub const MAX_VALUE_BYTES: usize = isize::MAX as usize - 4096;
+
+/// One output of one node. (C: `gs_value`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueRef {
+    pub node: u32,
+    pub output: u32,
+}
+
+impl ValueRef {
+    pub fn new(node: u32, output: u32) -> Self {
+        ValueRef { node, output }
+    }
+}
+
+/// Size of a node output: known when the graph is built, or allocated by the kernel as it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputSize {
+    Bytes(usize),
+    Dynamic,
+}
+
+impl OutputSize {
+    pub fn bytes(self) -> Option<usize> {
+        match self {
+            OutputSize::Bytes(n) => Some(n),
+            OutputSize::Dynamic => None,
+        }
+    }
+}
+
+/// A kernel: reads the inputs and writes the outputs of its node through the context. An error
+/// string stops the run and is reported with the node's name.
+pub type Kernel = Box<dyn Fn(&mut KernelCtx<'_>) -> std::result::Result<(), String> + Send + Sync>;

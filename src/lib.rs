@@ -1,0 +1,42 @@
+//! graphsched: a runtime layer for static compute graphs whose kernels belong to the caller.
+//!
+//! The model: a caller describes a graph of nodes (operator invocations with kernels) and values
+//! (node outputs), compiles it once with [`GraphBuilder::finalize`], then runs it many times.
+//! graphsched decides when each node runs and where each value lives: every value's buffer comes
+//! from a [`Pool`] just before its producer runs and goes back the moment its last consumer has
+//! finished.
+//!
+//! Layers, data flowing down:
+//! - [`ffi`]: the C ABI (`include/graphsched.h`), a thin shell of checks and conversions;
+//! - [`graph`]: the builder, validation and analysis (order, levels, critical path);
+//! - [`exec`]: running a graph, and the context kernels see;
+//! - [`pool`]: aligned buffers with reuse; knows nothing about graphs.
+//!
+//! ```
+//! use graphsched::{GraphBuilder, NodeDesc, Pool, PoolConfig, RunOptions, ValueRef};
+//! use std::sync::Arc;
+//!
+//! let mut b = GraphBuilder::new();
+//! let fill = b.add_node(NodeDesc::new("fill", "Fill", Box::new(|ctx| {
+//!     ctx.output_bytes(0).unwrap().fill(7);
+//!     Ok(())
+//! })).output(64)).unwrap();
+//! b.mark_output(ValueRef::new(fill, 0)).unwrap();
+//! let graph = Arc::new(b.finalize().unwrap());
+//! let pool = Arc::new(Pool::new(PoolConfig::default()));
+//! let result = graphsched::run(&graph, &pool, &RunOptions::default()).unwrap();
+//! assert!(result.output_bytes(ValueRef::new(fill, 0)).unwrap().iter().all(|&x| x == 7));
+//! ```
+
+pub mod error;
+pub mod exec;
+pub mod ffi;
+pub mod graph;
+pub mod pool;
+pub mod tensor;
+
+pub use error::{Error, ErrorKind, Result};
+pub use exec::{run, InputBinding, KernelCtx, RunOptions, RunResult, RunStats};
+pub use graph::{Graph, GraphBuilder, GraphInfo, Kernel, NodeDesc, OutputSize, ValueRef};
+pub use pool::{Pool, PoolConfig, PoolStats};
+pub use tensor::Tensor;
