@@ -1,7 +1,7 @@
 //! Status codes, the last-error text, and the guard every export runs its body in.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::{Error, ErrorKind};
@@ -193,6 +193,7 @@ pub extern "C" fn gs_status_name(status: i32) -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CStr;
 
     #[test]
     fn guard_turns_a_panic_into_a_status_and_message() {

@@ -317,6 +317,14 @@ fn shorten(names: &[String]) -> String {
     )
 }
 
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Graph {
     pub fn info(&self) -> GraphInfo {
         self.info
