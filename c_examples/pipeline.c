@@ -91,17 +91,9 @@ static int32_t reduce_sum_kernel(gs_kernel_ctx *ctx, void *user) {
 static uint32_t add_node(gs_graph *g, const char *name, const char *op, gs_kernel_fn k, void *user,
                          const gs_value *inputs, uint32_t num_inputs, size_t out_bytes,
                          uint64_t estimated_ns) {
-    gs_node_desc d;
-    memset(&d, 0, sizeof d);
-    d.name = name;
-    d.op_type = op;
-    d.kernel = k;
-    d.user_data = user;
-    d.inputs = inputs;
-    d.num_inputs = num_inputs;
-    d.num_outputs = 1;
-    d.output_sizes = &out_bytes;
-    d.estimated_ns = estimated_ns;
+    gs_node_desc d = {.name = name, .op_type = op, .kernel = k, .user_data = user,
+                      .inputs = inputs, .num_inputs = num_inputs,
+                      .num_outputs = 1, .output_sizes = &out_bytes, .estimated_ns = estimated_ns};
     uint32_t id;
     CHECK_OK(gs_graph_add_node(g, &d, &id));
     return id;
@@ -177,15 +169,11 @@ int main(void) {
         }
         if (run == 0) CHECK(want_total == 60.0f, "hand check: sum of (x+1)^2 for x=-3..4 is 60");
 
-        gs_input_binding binding;
-        memset(&binding, 0, sizeof binding);
-        binding.value = x;
-        binding.tensor.data = xs;
-        binding.tensor.nbytes = sizeof xs;
-        binding.tensor.dtype = GS_DTYPE_F32;
-        binding.tensor.ndim = 1;
-        binding.tensor.dims[0] = N;
-        binding.tensor.strides[0] = 1;
+        gs_input_binding binding = {
+            .value = x,
+            .tensor = {.data = xs, .nbytes = sizeof xs, .dtype = GS_DTYPE_F32, .ndim = 1,
+                       .dims = {N}, .strides = {1}},
+        };
         gs_run_options opts = {&binding, 1};
 
         gs_run_result *result;

@@ -1,6 +1,6 @@
 # Usage (PKG_CONFIG_PATH set by the test):
-#   cmake -DPKG_CONFIG=<pkg-config> -DCC=<cc> -DSRC=<main.c> -DOUT=<exe> -P run.cmake
-# Equivalent of: cc main.c $(pkg-config --cflags --libs graphsched) && ./a.out
+#   cmake -DPKG_CONFIG=<pkg-config> -DCC=<cc> -DSRC=<consumer_main.c> -DOUT=<exe> -P run.cmake
+# Equivalent of: cc consumer_main.c $(pkg-config --cflags --libs graphsched) && ./a.out
 function(pc out)
   execute_process(COMMAND "${PKG_CONFIG}" ${ARGN} graphsched
                   OUTPUT_VARIABLE _o OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every test, on a fresh machine: Rust unit and integration tests (the header check among them),
+# then the CMake build and ctest (C/C++ examples against the shared and static library, the
+# exported-symbol check, and the find_package, add_subdirectory and pkg-config consumers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_packages cmake:cmake pkg-config:pkg-config
+
+echo "== cargo test (includes the generated-header check)"
+cargo test --locked
+
+echo "== cmake build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)"
+
+echo "== ctest"
+ctest --test-dir build --output-on-failure
