@@ -31,13 +31,17 @@ fn main() {
         let mut b = GraphBuilder::new();
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         for i in 0..nodes as u32 {
-            let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).output(64).estimate_ns(1 + (i as u64 % 7));
+            let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(())))
+                .output(64)
+                .estimate_ns(1 + (i as u64 % 7));
             // Two inputs per node: its predecessor and one random earlier node.
             if i >= 2 {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                d = d.input(ValueRef::new(i - 1, 0)).input(ValueRef::new((x % (i as u64 - 1)) as u32, 0));
+                d = d
+                    .input(ValueRef::new(i - 1, 0))
+                    .input(ValueRef::new((x % (i as u64 - 1)) as u32, 0));
             }
             b.add_node(d).unwrap();
         }
@@ -50,5 +54,8 @@ fn main() {
     }
     println!("finalize benchmark: {nodes} nodes, {edges} edges, {reps} repetitions");
     println!("  build     median {:.3} s   (add_node x {nodes})", median(build));
-    println!("  finalize  median {:.3} s   (validate, order, levels, critical path)", median(finalize));
+    println!(
+        "  finalize  median {:.3} s   (validate, order, levels, critical path)",
+        median(finalize)
+    );
 }

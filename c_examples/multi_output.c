@@ -49,16 +49,14 @@ static int32_t positives_kernel(gs_kernel_ctx *ctx, void *user) {
     size_t n = in->nbytes / sizeof(float), count = 0;
     for (size_t i = 0; i < n; i++) count += x[i] > 0.0f;
 
-    /* A pool block cannot be empty (0 bytes is GS_ERR_INVALID_ARGUMENT), so an empty result
-     * takes one element and lowers nbytes to 0, which the output contract allows. */
+    /* count may be 0: an empty dynamic output is allowed and takes nothing from the pool. */
     gs_tensor *out;
-    if (gs_ctx_alloc_output(ctx, 0, (count ? count : 1) * sizeof(float), &out) != GS_OK)
+    if (gs_ctx_alloc_output(ctx, 0, count * sizeof(float), &out) != GS_OK)
         return fail(ctx, gs_last_error_message());
     float *y = (float *)out->data;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (x[i] > 0.0f) y[k++] = x[i];
-    out->nbytes = count * sizeof(float);
     set_vector(out, (int64_t)count);
     return 0;
 }

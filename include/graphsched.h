@@ -269,8 +269,8 @@ const struct gs_tensor *gs_ctx_input(const struct gs_kernel_ctx *c, uint32_t i);
 // kernel may set dtype, ndim, dims and strides, and lower nbytes.
 struct gs_tensor *gs_ctx_output(struct gs_kernel_ctx *c, uint32_t i);
 
-// Allocates dynamic output `i` with its real byte count; `out` (may be NULL) receives its
-// descriptor.
+// Allocates dynamic output `i` with its real byte count (0 makes an empty output); `out` (may
+// be NULL) receives its descriptor. A dtype or shape set on the output before is kept.
 //
 // # Safety
 // `out` is NULL or writable.
@@ -305,7 +305,8 @@ gs_status gs_graph_add_input(struct gs_graph *graph,
                              struct gs_value *out);
 
 // Adds a node; `out_node` (may be NULL) receives its id. Ids count from 0 in the order nodes
-// and inputs are added.
+// and inputs are added. The description, its strings and its arrays are copied: they need not
+// outlive the call (the user data pointer is kept as is).
 //
 // # Safety
 // `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable.
@@ -313,7 +314,8 @@ gs_status gs_graph_add_node(struct gs_graph *graph,
                             const struct gs_node_desc *desc,
                             uint32_t *out_node);
 
-// Marks a value as a graph output: it survives the run in the result.
+// Marks a value as a graph output: it survives the run in the result. A graph input marked as
+// an output is handed back as the caller's own memory.
 gs_status gs_graph_mark_output(struct gs_graph *graph, struct gs_value value);
 
 // Validates and analyses the graph. After success the graph is immutable and may be run from

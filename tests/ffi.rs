@@ -595,6 +595,18 @@ fn every_status_is_produced_by_some_misuse() {
 }
 
 #[test]
+fn a_freed_handle_stays_invalid_after_its_memory_is_reused() {
+    let first = new_graph();
+    gs_graph_free(first);
+    let handles: Vec<*mut gs_graph> = (0..64).map(|_| new_graph()).collect();
+    assert!(!handles.contains(&first), "handles are never reused");
+    assert_eq!(gs_graph_finalize(first), gs_status::GS_ERR_INVALID_HANDLE);
+    for h in handles {
+        gs_graph_free(h);
+    }
+}
+
+#[test]
 fn kernel_context_rejects_bad_pointers() {
     assert_eq!(gs_ctx_num_inputs(null()), 0);
     assert!(gs_ctx_input(null(), 0).is_null());

@@ -396,3 +396,43 @@ fn concurrent_runs_share_graph_and_pool() {
     });
     assert_eq!(pool.stats().live_bytes, 0);
 }
+
+#[test]
+fn an_empty_dynamic_output_and_a_shape_set_before_allocating() {
+    let mut b = GraphBuilder::new();
+    let n = b
+        .add_node(
+            NodeDesc::new(
+                "nothing",
+                "",
+                Box::new(|ctx| {
+                    let t = ctx.output(0).unwrap();
+                    t.dtype = 1;
+                    t.ndim = 1;
+                    ctx.alloc_output(0, 0).map_err(|e| e.to_string())?;
+                    Ok(())
+                }),
+            )
+            .dynamic_output(),
+        )
+        .unwrap();
+    b.mark_output(ValueRef::new(n, 0)).unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let pool = pool();
+    let result = run(&graph, &pool, &RunOptions::default()).unwrap();
+    let t = result.output(ValueRef::new(n, 0)).unwrap();
+    assert_eq!((t.nbytes, t.dtype, t.ndim), (0, 1, 1));
+    assert!(!t.data.is_null() && t.data as usize % 16 == 0);
+    assert!(result.output_bytes(ValueRef::new(n, 0)).unwrap().is_empty());
+    assert_eq!(pool.stats().acquires, 0, "an empty output takes nothing from the pool");
+}
+
+#[test]
+fn messages_omit_an_empty_op_type() {
+    let mut b = GraphBuilder::new();
+    b.add_node(NodeDesc::new("quiet", "", Box::new(|_| Err("no".into()))).output(8))
+        .unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let e = run(&graph, &pool(), &RunOptions::default()).err().unwrap();
+    assert_eq!(e.message(), "node 'quiet' failed: no");
+}

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::pool::Pool;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, ALIGNMENT};
 
 /// The inputs, outputs and services of one node while its kernel runs.
 ///
@@ -71,7 +71,8 @@ impl KernelCtx<'_> {
         Some(unsafe { std::slice::from_raw_parts_mut(b.ptr as *mut u8, b.capacity) })
     }
 
-    /// Allocates dynamic output `i` with its real size, from the run's pool.
+    /// Allocates dynamic output `i` with its real size (0 is allowed: an empty output), from the
+    /// run's pool. Sets the descriptor's data and nbytes and keeps its dtype and shape.
     pub fn alloc_output(&mut self, i: usize, nbytes: usize) -> Result<&mut Tensor> {
         let name = self.node_name();
         if i >= self.outputs.len() {
@@ -96,20 +97,25 @@ impl KernelCtx<'_> {
                 format!("dynamic output {i} of node '{name}' is allocated already"),
             );
         }
-        let ptr = self
-            .pool
-            .acquire(nbytes, self.graph.zero_output(self.node))
-            .map_err(|e| {
-                crate::error::Error::new(
-                    e.kind(),
-                    format!("dynamic output {i} of node '{name}': {}", e.message()),
-                )
-            })?;
-        self.buffers[i] = Buffer {
-            ptr: ptr.as_ptr() as *mut c_void,
-            capacity: nbytes,
+        // An empty output gets a dangling, aligned pointer: nothing to allocate or give back.
+        let ptr = if nbytes == 0 {
+            ALIGNMENT as *mut c_void
+        } else {
+            let block = self
+                .pool
+                .acquire(nbytes, self.graph.zero_output(self.node))
+                .map_err(|e| {
+                    crate::error::Error::new(
+                        e.kind(),
+                        format!("dynamic output {i} of node '{name}': {}", e.message()),
+                    )
+                })?;
+            block.as_ptr().cast()
         };
-        self.outputs[i] = Tensor::new(ptr.as_ptr() as *mut c_void, nbytes);
+        self.buffers[i] = Buffer { ptr, capacity: nbytes };
+        // Keep a dtype or shape the kernel set before allocating.
+        self.outputs[i].data = ptr;
+        self.outputs[i].nbytes = nbytes;
         Ok(&mut self.outputs[i])
     }
 

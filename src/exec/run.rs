@@ -74,7 +74,7 @@ impl RunResult {
             None => err(
                 ErrorKind::NotAnOutput,
                 format!(
-                    "output {} of node '{}' is not a graph output; mark it with mark_output to keep it",
+                    "output {} of node '{}' is not a graph output; mark it (gs_graph_mark_output) to keep it",
                     value.output,
                     self.graph.node_name(value.node)
                 ),
@@ -109,10 +109,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     let os_allocs_before = pool.stats().os_allocs;
     let mut run = Run::new(graph, pool);
     run.bind(options.inputs)?;
-    if let Err(e) = run.execute() {
-        run.release_all();
-        return Err(e);
-    }
+    // On failure, dropping `run` returns every buffer it still holds.
+    run.execute()?;
     let outputs = graph
         .graph_outputs()
         .iter()
@@ -325,17 +323,12 @@ impl<'g> Run<'g> {
                 };
                 Some(Error::new(
                     ErrorKind::KernelFailed,
-                    format!("node '{}' (op {}) failed: {msg}", g.node_name(node), g.op_type(node)),
+                    format!("node {} failed: {msg}", g.node_label(node)),
                 ))
             }
             Err(panic) => Some(Error::new(
                 ErrorKind::KernelPanicked,
-                format!(
-                    "kernel of node '{}' (op {}) panicked: {}",
-                    g.node_name(node),
-                    g.op_type(node),
-                    panic_text(&panic)
-                ),
+                format!("kernel of node {} panicked: {}", g.node_label(node), panic_text(&panic)),
             )),
         };
         if let Some(e) = failure {
@@ -377,18 +370,20 @@ impl<'g> Run<'g> {
         self.live -= slot.buffer.capacity as u64;
         release(self.pool, slot.buffer);
     }
+}
 
-    fn release_all(&mut self) {
+impl Drop for Run<'_> {
+    /// Returns whatever the run still holds: everything after a failure, nothing after success
+    /// (the graph outputs have moved to the result by then).
+    fn drop(&mut self) {
         for slot in &mut self.slots {
             release(self.pool, std::mem::take(slot).buffer);
         }
-        self.live = 0;
     }
 }
 
 /// After a kernel succeeded: every output exists, sits where the run put it, and fits.
 fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -> Result<()> {
-    let name = g.node_name(node);
     for (k, (t, b)) in outputs.iter().zip(buffers).enumerate() {
         let problem = if b.ptr.is_null() {
             "is dynamic but the kernel did not allocate it".to_string()
@@ -403,13 +398,18 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -
         };
         return err(
             ErrorKind::KernelFailed,
-            format!("output {k} of node '{name}' (op {}) {problem}", g.op_type(node)),
+            format!("output {k} of node {} {problem}", g.node_label(node)),
         );
     }
     Ok(())
 }
 
+/// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
+/// never from the pool) are skipped.
 fn release(pool: &Pool, buffer: Buffer) {
+    if buffer.capacity == 0 {
+        return;
+    }
     if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
         pool.release(p).expect("the run releases only blocks it acquired, once");
     }

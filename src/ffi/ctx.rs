@@ -123,8 +123,8 @@ pub extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
     t
 }
 
-/// Allocates dynamic output `i` with its real byte count; `out` (may be NULL) receives its
-/// descriptor.
+/// Allocates dynamic output `i` with its real byte count (0 makes an empty output); `out` (may
+/// be NULL) receives its descriptor. A dtype or shape set on the output before is kept.
 ///
 /// # Safety
 /// `out` is NULL or writable.

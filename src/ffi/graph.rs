@@ -111,7 +111,8 @@ pub unsafe extern "C" fn gs_graph_add_input(
 }
 
 /// Adds a node; `out_node` (may be NULL) receives its id. Ids count from 0 in the order nodes
-/// and inputs are added.
+/// and inputs are added. The description, its strings and its arrays are copied: they need not
+/// outlive the call (the user data pointer is kept as is).
 ///
 /// # Safety
 /// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable.
@@ -180,7 +181,8 @@ pub unsafe extern "C" fn gs_graph_add_node(
     })
 }
 
-/// Marks a value as a graph output: it survives the run in the result.
+/// Marks a value as a graph output: it survives the run in the result. A graph input marked as
+/// an output is handed back as the caller's own memory.
 #[no_mangle]
 pub extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) -> gs_status {
     guard(|| {

@@ -1,81 +1,104 @@
 //! Opaque handles and the checks on pointers that cross the boundary.
 //!
-//! Every live handle is recorded in a registry, keyed by address, with its type. A handle is
-//! looked up before it is dereferenced, so a freed, foreign or garbage pointer is an error
-//! instead of undefined behaviour, even under valgrind. Freeing removes the record first. The one
-//! misuse this cannot catch is freeing a handle while another thread is still inside a call on it.
+//! A handle given to C is not an address: it is a registry key, a number drawn from a counter
+//! that never repeats, dressed as a pointer. Every call looks the key up before touching the
+//! object behind it, so NULL, freed, foreign and garbage handles are errors instead of undefined
+//! behaviour (even under valgrind), and a freed handle stays invalid even after its memory is
+//! reused by a new handle. The one misuse this cannot catch is freeing a handle while another
+//! thread is still inside a call on it.
 
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
-use std::sync::{LazyLock, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, RwLock, RwLockWriteGuard};
 
 use super::gs_status::*;
 use super::status::{set_last_error, FfiError, FfiResult};
 
-static LIVE: LazyLock<RwLock<HashMap<usize, TypeId>>> = LazyLock::new(Default::default);
+/// Key -> (type, address of the boxed object).
+type Registry = HashMap<usize, (TypeId, usize)>;
 
-/// A type the C side holds by pointer.
+static LIVE: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
+
+/// Keys step by 16 so that a handle looks like an aligned pointer to C tools; 0 stays NULL.
+static NEXT_KEY: AtomicUsize = AtomicUsize::new(16);
+
+/// A type the C side holds by handle.
 pub(crate) trait Handle: Sized + 'static {
     /// The C type name, for messages.
     const NAME: &'static str;
 }
 
-/// Moves `value` to the heap and registers it.
-pub(crate) fn into_handle<T: Handle>(value: T) -> *mut T {
-    let ptr = Box::into_raw(Box::new(value));
-    LIVE.write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(ptr as usize, TypeId::of::<T>());
-    ptr
+fn write() -> RwLockWriteGuard<'static, Registry> {
+    LIVE.write().unwrap_or_else(|e| e.into_inner())
 }
 
-fn check<T: Handle>(ptr: *const T, arg: &str) -> FfiResult<()> {
-    if ptr.is_null() {
+/// Moves `value` to the heap, registers it and returns its handle.
+pub(crate) fn into_handle<T: Handle>(value: T) -> *mut T {
+    let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
+    let addr = Box::into_raw(Box::new(value)) as usize;
+    write().insert(key, (TypeId::of::<T>(), addr));
+    key as *mut T
+}
+
+fn lookup<T: Handle>(handle: *const T, arg: &str) -> FfiResult<usize> {
+    if handle.is_null() {
         return Err(FfiError::new(GS_ERR_NULL_ARGUMENT, format!("argument '{arg}' is NULL")));
     }
-    let live = LIVE.read().unwrap_or_else(|e| e.into_inner());
-    if live.get(&(ptr as usize)) != Some(&TypeId::of::<T>()) {
-        return Err(FfiError::new(
+    match LIVE.read().unwrap_or_else(|e| e.into_inner()).get(&(handle as usize)) {
+        Some(&(t, addr)) if t == TypeId::of::<T>() => Ok(addr),
+        _ => Err(FfiError::new(
             GS_ERR_INVALID_HANDLE,
-            format!("argument '{arg}' ({ptr:p}) is not a live {}: it was freed, never created, or is another kind of handle", T::NAME),
-        ));
+            format!(
+                "argument '{arg}' ({handle:p}) is not a live {}: it was freed, never created, or is another kind of handle",
+                T::NAME
+            ),
+        )),
     }
-    Ok(())
 }
 
-/// Borrows a live handle.
+/// Borrows the object behind a live handle.
 ///
 /// # Safety
 /// No other thread may free the handle during the borrow (the C API's documented rule).
-pub(crate) unsafe fn handle_ref<'a, T: Handle>(ptr: *const T, arg: &str) -> FfiResult<&'a T> {
-    check(ptr, arg)?;
-    // SAFETY: registered, so it is a live `Box<T>` allocation; not freed meanwhile (caller).
-    Ok(unsafe { &*ptr })
+pub(crate) unsafe fn handle_ref<'a, T: Handle>(handle: *const T, arg: &str) -> FfiResult<&'a T> {
+    let addr = lookup(handle, arg)?;
+    // SAFETY: registered, so `addr` is a live `Box<T>` allocation, not freed meanwhile (caller).
+    Ok(unsafe { &*(addr as *const T) })
 }
 
-/// Unregisters and drops a handle. NULL does nothing; an unregistered pointer is left alone
+/// Unregisters a handle and drops its object. NULL does nothing; an invalid handle is left alone
 /// and reported in the last error (the free functions return nothing).
 ///
 /// # Safety
 /// As for [`handle_ref`].
-pub(crate) unsafe fn free_handle<T: Handle>(ptr: *mut T, arg: &str) {
-    if ptr.is_null() {
+pub(crate) unsafe fn free_handle<T: Handle>(handle: *mut T, arg: &str) {
+    if handle.is_null() {
         return;
     }
-    let removed = {
-        let mut live = LIVE.write().unwrap_or_else(|e| e.into_inner());
-        match live.get(&(ptr as usize)) {
-            Some(&t) if t == TypeId::of::<T>() => live.remove(&(ptr as usize)).is_some(),
-            _ => false,
+    let addr = {
+        let mut live = write();
+        let addr = match live.get(&(handle as usize)) {
+            Some(&(t, addr)) if t == TypeId::of::<T>() => live.remove(&(handle as usize)).map(|_| addr),
+            _ => None,
+        };
+        if live.is_empty() {
+            // Give the table's memory back, so a program that freed every handle holds nothing
+            // from graphsched (leak checkers stay quiet).
+            *live = HashMap::new();
         }
+        addr
     };
-    if removed {
-        // SAFETY: it was registered by `into_handle`, so it came from `Box::into_raw`, and the
-        // registry entry is gone, so nobody frees it twice.
-        drop(unsafe { Box::from_raw(ptr) });
-    } else if let Err(e) = check(ptr as *const T, arg) {
-        set_last_error(&e.message);
+    match addr {
+        // SAFETY: registered by `into_handle`, so it came from `Box::into_raw`; the entry is
+        // gone, so nobody frees it twice.
+        Some(addr) => drop(unsafe { Box::from_raw(addr as *mut T) }),
+        None => {
+            if let Err(e) = lookup(handle as *const T, arg) {
+                set_last_error(&e.message);
+            }
+        }
     }
 }
 

@@ -354,6 +354,14 @@ impl Graph {
         }
     }
 
+    /// `'name' (op Conv)` for messages; just `'name'` when the op type is empty.
+    pub fn node_label(&self, node: u32) -> String {
+        match self.op_type(node) {
+            "" => format!("'{}'", self.node_name(node)),
+            op => format!("'{}' (op {op})", self.node_name(node)),
+        }
+    }
+
     pub fn find_node(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }

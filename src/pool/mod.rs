@@ -84,13 +84,13 @@ impl Pool {
                 "cannot acquire 0 bytes: nbytes must be positive",
             );
         }
-        if nbytes > MAX_VALUE_BYTES {
+        let Some(layout) = block_layout(nbytes) else {
             return err(
                 ErrorKind::SizeOverflow,
                 format!("cannot acquire {nbytes} bytes: more than the {MAX_VALUE_BYTES} bytes one block can have"),
             );
-        }
-        let class = size_class(nbytes);
+        };
+        let class = layout.size();
         let mut st = self.lock();
         st.stats.acquires += 1;
         let ptr = match st.free.get_mut(&class).and_then(Vec::pop) {
@@ -99,7 +99,6 @@ impl Pool {
                 p
             }
             None => {
-                let layout = Layout::from_size_align(class, BLOCK_ALIGN).expect("class is below isize::MAX");
                 // SAFETY: layout has a non-zero size.
                 let p = unsafe { alloc::alloc(layout) };
                 let Some(p) = NonNull::new(p) else {
@@ -202,13 +201,23 @@ impl Drop for Pool {
 }
 
 /// Rounds a request up to its class: multiples of 16 up to 256 bytes, then four classes per
-/// power of two, so the slack is under 25% of the block.
-pub(crate) fn size_class(nbytes: usize) -> usize {
-    if nbytes <= 256 {
-        return nbytes.div_ceil(16) * 16;
+/// power of two, so the slack is under 16 bytes or 25% of the block. `None` past the largest block.
+pub(crate) fn size_class(nbytes: usize) -> Option<usize> {
+    if nbytes > MAX_VALUE_BYTES {
+        return None;
     }
-    let step = (1usize << (usize::BITS - 1 - nbytes.leading_zeros())) / 4;
-    nbytes.div_ceil(step) * step
+    let step = match nbytes {
+        0..=256 => 16,
+        _ => (1usize << (usize::BITS - 1 - nbytes.leading_zeros())) / 4,
+    };
+    nbytes
+        .div_ceil(step)
+        .checked_mul(step)
+        .filter(|&c| c <= MAX_VALUE_BYTES)
+}
+
+fn block_layout(nbytes: usize) -> Option<Layout> {
+    Layout::from_size_align(size_class(nbytes)?, BLOCK_ALIGN).ok()
 }
 
 #[cfg(test)]
@@ -232,10 +241,24 @@ mod tests {
             (1 << 20) + 1,
             123_456_789,
         ] {
-            let c = size_class(n);
+            let c = size_class(n).unwrap();
             assert!(c >= n && c % 16 == 0, "class {c} for {n}");
-            assert!(c - n < 16 || (c - n) * 4 <= c, "class {c} wastes more than 16 bytes and 25% for {n}");
+            assert!(
+                c - n < 16 || (c - n) * 4 <= c,
+                "class {c} wastes more than 16 bytes and 25% for {n}"
+            );
         }
+    }
+
+    #[test]
+    fn the_largest_requests_are_refused_not_rounded_past_the_limit() {
+        assert_eq!(size_class(MAX_VALUE_BYTES + 1), None);
+        assert_eq!(size_class((7 << 60) + 1), None, "rounds up to 2^63");
+        let pool = Pool::new(PoolConfig::default());
+        let e = pool.acquire((7 << 60) + 1, false).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::SizeOverflow);
+        assert_eq!(pool.acquire(1 << 62, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
+        assert_eq!(pool.stats().live_bytes, 0);
     }
 
     #[test]
