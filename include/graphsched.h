@@ -195,11 +195,16 @@ typedef struct gs_graph_info {
   uint64_t node_lower_bound_bytes;
 } gs_graph_info;
 
-// Pool settings. (C: `gs_pool_config`).
+// Pool settings; zero fields take their defaults (C: `gs_pool_config`).
 typedef struct gs_pool_config {
-  // Most bytes the pool keeps reserved (live plus cached); a release past it goes back to the
-  // system. 0 means no cap.
+  // Most bytes the pool keeps committed (live plus cached); past it, released memory goes
+  // back to the system. 0: no cap.
   uint64_t max_pool_bytes;
+  // Requests of at least this many bytes take best-fit blocks of the arena; smaller ones come
+  // from size-class slabs. 0: 1024. At most 65536.
+  uint64_t large_threshold_bytes;
+  // Address space each region reserves (committed only when touched). 0: 1 GiB.
+  uint64_t region_bytes;
 } gs_pool_config;
 
 // Counters since the pool was made; peaks since the last reset (C: `gs_pool_stats`).
@@ -207,15 +212,18 @@ typedef struct gs_pool_stats {
   // Bytes callers asked for and still hold.
   uint64_t live_bytes;
   uint64_t peak_live_bytes;
-  // Bytes taken from the system and not yet returned: live blocks plus the cache.
+  // Bytes of memory the pool holds from the system (committed pages): live blocks, cached
+  // free memory and slack.
   uint64_t reserved_bytes;
   uint64_t peak_reserved_bytes;
+  // Times the pool took memory from the system (mapped a region's pages in), and bytes.
   uint64_t os_allocs;
   uint64_t os_alloc_bytes;
+  // Times the pool gave memory back (decommitted pages, unmapped regions), and bytes.
   uint64_t os_frees;
   uint64_t os_free_bytes;
   uint64_t acquires;
-  // Acquires served from the cache, without asking the system.
+  // Acquires served entirely from memory the pool already held.
   uint64_t cache_hits;
   uint64_t releases;
 } gs_pool_stats;

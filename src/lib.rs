@@ -23,7 +23,7 @@
 //! })).output(64)).unwrap();
 //! b.mark_output(ValueRef::new(fill, 0)).unwrap();
 //! let graph = Arc::new(b.finalize().unwrap());
-//! let pool = Arc::new(Pool::new(PoolConfig::default()));
+//! let pool = Arc::new(Pool::default());
 //! let result = graphsched::run(&graph, &pool, &RunOptions::default()).unwrap();
 //! assert!(result.output_bytes(ValueRef::new(fill, 0)).unwrap().iter().all(|&x| x == 7));
 //! ```

@@ -9,7 +9,7 @@ use common::{AlignedBuf, Ledger, Rng};
 use graphsched::{run, ErrorKind, GraphBuilder, InputBinding, NodeDesc, Pool, PoolConfig, RunOptions, ValueRef};
 
 fn pool() -> Arc<Pool> {
-    Arc::new(Pool::new(PoolConfig::default()))
+    Arc::new(Pool::default())
 }
 
 /// Random DAGs with wide fan-out, run repeatedly on one pool: every consumer sees exactly what

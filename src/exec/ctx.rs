@@ -101,9 +101,10 @@ impl KernelCtx<'_> {
         let ptr = if nbytes == 0 {
             ALIGNMENT as *mut c_void
         } else {
+            let until = self.graph.release_tick(value).map_or(crate::pool::NEVER, u64::from);
             let block = self
                 .pool
-                .acquire(nbytes, self.graph.zero_output(self.node))
+                .acquire_until(nbytes, self.graph.zero_output(self.node), until)
                 .map_err(|e| {
                     crate::error::Error::new(
                         e.kind(),

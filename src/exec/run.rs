@@ -275,7 +275,8 @@ impl<'g> Run<'g> {
         for v in values.clone() {
             let mut buffer = Buffer::NONE;
             if let OutputSize::Bytes(n) = g.value_size(v) {
-                match self.pool.acquire(n, g.zero_output(node)) {
+                let until = g.release_tick(v).map_or(crate::pool::NEVER, u64::from);
+                match self.pool.acquire_until(n, g.zero_output(node), until) {
                     Ok(p) => {
                         buffer = Buffer {
                             ptr: p.as_ptr().cast(),

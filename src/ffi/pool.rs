@@ -31,7 +31,7 @@ pub unsafe extern "C" fn gs_pool_new(config: *const PoolConfig, out: *mut *mut g
         // SAFETY: NULL or readable by contract.
         let config = unsafe { config.as_ref() }.copied().unwrap_or_default();
         *out = into_handle(gs_pool {
-            pool: Arc::new(Pool::new(config)),
+            pool: Arc::new(Pool::new(config)?),
         });
         Ok(())
     })

@@ -56,6 +56,9 @@ pub struct Graph {
     succ_start: Vec<u32>,
     succ: Vec<u32>,
     topo: Vec<u32>,
+    /// Per value: position in `topo` of the node after which it is released; `u32::MAX` for
+    /// graph outputs, which the caller releases.
+    release_tick: Vec<u32>,
     bottom_level: Vec<u64>,
     top_level: Vec<u64>,
     critical_path: Vec<u32>,
@@ -142,6 +145,25 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
             let p = producer(slot) as usize;
             succ[fill[p] as usize] = node as u32;
             fill[p] += 1;
+        }
+    }
+
+    // When each value is released, in topological positions: after its last consumer, or right
+    // after its producer if nobody reads it.
+    let mut position = vec![0u32; n];
+    for (i, &v) in topo.iter().enumerate() {
+        position[v as usize] = i as u32;
+    }
+    let mut release_tick: Vec<u32> = value_node.iter().map(|&p| position[p as usize]).collect();
+    for node in 0..n {
+        for slot in b.input_start[node] as usize..b.input_start[node + 1] as usize {
+            let v = input_values[slot] as usize;
+            release_tick[v] = release_tick[v].max(position[node]);
+        }
+    }
+    for (v, tick) in release_tick.iter_mut().enumerate() {
+        if is_output[v] {
+            *tick = u32::MAX;
         }
     }
 
@@ -240,6 +262,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         succ_start,
         succ,
         topo,
+        release_tick,
         bottom_level,
         top_level,
         critical_path,
@@ -438,6 +461,12 @@ impl Graph {
     /// Every node once, each after the producers of all its inputs.
     pub fn topological_order(&self) -> &[u32] {
         &self.topo
+    }
+
+    /// When a run releases a value: the position, in the topological order, of the node after
+    /// which it goes back to the pool; `None` for graph outputs, which outlive the run.
+    pub fn release_tick(&self, value: u32) -> Option<u32> {
+        Some(self.release_tick[value as usize]).filter(|&t| t != u32::MAX)
     }
 
     /// Longest estimated path from the node to any sink, the node included.

@@ -1,28 +1,55 @@
-//! The buffer pool: hands out 16-byte-aligned blocks and takes them back for reuse.
+//! The buffer pool: 16-byte-aligned blocks that go back to the pool for reuse, not to the system.
 //!
-//! This is the first, minimal pool: one system allocation per block, rounded up to a size class
-//! (four classes per power of two above 256 bytes, so at most 25% of a block is slack), and one
-//! free list per class. A released block is reused by the next request of its class. It knows
-//! nothing about graphs; runs and C callers use it the same way.
+//! Two tiers share the same memory:
+//! - requests below `large_threshold_bytes` (default 1 KiB) come from size-class *slabs*
+//!   (less than 16 bytes or 12.5% of slack per block), each slab a 16 KiB-or-larger chunk of the
+//!   arena;
+//! - larger requests take the best-fitting free block of the *arena*: anonymous mmap regions
+//!   (1 GiB of address space each by default, committed only as pages are touched), split on
+//!   acquire and coalesced on release, in 64-byte grains (64-byte aligned).
+//!
+//! Nothing is cleared unless asked. Pages once committed stay committed, so a workload that
+//! repeats itself asks the system for nothing after its first round and takes no page faults.
+//! `max_pool_bytes` caps what stays committed: past it, released memory goes back to the system
+//! (`MADV_DONTNEED`); `trim` gives back all free memory and unmaps empty regions.
+//!
+//! One mutex guards the pool; the work under it is a few tree or list operations, no system
+//! calls except when memory is committed or given back. The pool knows nothing about graphs;
+//! a run passes, with each request, the tick at which it will release the block, which the arena
+//! uses to place blocks that are released together side by side.
 
-use std::alloc::{self, Layout};
+mod arena;
+mod region;
+mod slab;
+
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
+
+use arena::Arena;
+pub(crate) use arena::NEVER;
+use slab::Slabs;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::MAX_VALUE_BYTES;
 
-/// Alignment of every block. Larger than the 16 bytes promised, to keep blocks on cache lines.
-const BLOCK_ALIGN: usize = 64;
+const DEFAULT_LARGE_THRESHOLD: u64 = 1024;
+const MAX_LARGE_THRESHOLD: u64 = 64 * 1024;
+const DEFAULT_REGION_BYTES: u64 = 1 << 30;
 
-/// Pool settings. (C: `gs_pool_config`).
+/// Pool settings; zero fields take their defaults (C: `gs_pool_config`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolConfig {
-    /// Most bytes the pool keeps reserved (live plus cached); a release past it goes back to the
-    /// system. 0 means no cap.
+    /// Most bytes the pool keeps committed (live plus cached); past it, released memory goes
+    /// back to the system. 0: no cap.
     pub max_pool_bytes: u64,
+    /// Requests of at least this many bytes take best-fit blocks of the arena; smaller ones come
+    /// from size-class slabs. 0: 1024. At most 65536.
+    pub large_threshold_bytes: u64,
+    /// Address space each region reserves (committed only when touched). 0: 1 GiB.
+    pub region_bytes: u64,
 }
 
 /// Counters since the pool was made; peaks since the last reset (C: `gs_pool_stats`).
@@ -32,94 +59,121 @@ pub struct PoolStats {
     /// Bytes callers asked for and still hold.
     pub live_bytes: u64,
     pub peak_live_bytes: u64,
-    /// Bytes taken from the system and not yet returned: live blocks plus the cache.
+    /// Bytes of memory the pool holds from the system (committed pages): live blocks, cached
+    /// free memory and slack.
     pub reserved_bytes: u64,
     pub peak_reserved_bytes: u64,
+    /// Times the pool took memory from the system (mapped a region's pages in), and bytes.
     pub os_allocs: u64,
     pub os_alloc_bytes: u64,
+    /// Times the pool gave memory back (decommitted pages, unmapped regions), and bytes.
     pub os_frees: u64,
     pub os_free_bytes: u64,
     pub acquires: u64,
-    /// Acquires served from the cache, without asking the system.
+    /// Acquires served entirely from memory the pool already held.
     pub cache_hits: u64,
     pub releases: u64,
 }
 
-/// A thread-safe pool of aligned blocks. Dropping the pool returns every block to the system,
-/// including blocks still handed out.
+/// A thread-safe pool. Dropping it unmaps everything, including blocks still handed out.
 pub struct Pool {
     config: PoolConfig,
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
-    /// Cached blocks by class size.
-    free: HashMap<usize, Vec<NonNull<u8>>>,
-    /// Handed-out blocks: address -> (class size, requested size).
-    live: HashMap<usize, (usize, usize)>,
+    arena: Arena,
+    slabs: Slabs,
+    live: HashMap<usize, Live, BuildHasherDefault<AddrHasher>>,
     stats: PoolStats,
 }
 
-// SAFETY: the raw block pointers in `State` are owned by the pool and only touched under the mutex.
-unsafe impl Send for State {}
+/// A handed-out block: its requested size, and its slab (or `LARGE`).
+#[derive(Clone, Copy)]
+struct Live {
+    nbytes: usize,
+    slab: u32,
+}
+
+const LARGE: u32 = u32::MAX;
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new(PoolConfig::default()).expect("the default configuration is valid")
+    }
+}
 
 impl Pool {
-    pub fn new(config: PoolConfig) -> Self {
-        Pool {
-            config,
-            state: Mutex::new(State::default()),
+    pub fn new(config: PoolConfig) -> Result<Self> {
+        let mut config = config;
+        if config.large_threshold_bytes == 0 {
+            config.large_threshold_bytes = DEFAULT_LARGE_THRESHOLD;
         }
+        if config.region_bytes == 0 {
+            config.region_bytes = DEFAULT_REGION_BYTES;
+        }
+        if config.large_threshold_bytes > MAX_LARGE_THRESHOLD {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("large_threshold_bytes is {}, more than the {MAX_LARGE_THRESHOLD} allowed", config.large_threshold_bytes),
+            );
+        }
+        if config.region_bytes > MAX_VALUE_BYTES as u64 {
+            return err(ErrorKind::InvalidArgument, format!("region_bytes is {}, larger than the address space", config.region_bytes));
+        }
+        Ok(Pool {
+            config,
+            state: Mutex::new(State {
+                arena: Arena::new(config.region_bytes as usize),
+                slabs: Slabs::new(config.large_threshold_bytes as usize - 1),
+                live: HashMap::default(),
+                stats: PoolStats::default(),
+            }),
+        })
     }
 
+    /// The configuration in force, defaults filled in.
     pub fn config(&self) -> PoolConfig {
         self.config
     }
 
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
+        self.acquire_until(nbytes, zero, NEVER)
+    }
+
+    /// Like [`acquire`](Self::acquire), told when the block will be released: `release_tick` on
+    /// any clock of the caller's that grows over time (runs use the position of the value's last
+    /// consumer in the topological order). Blocks released together are placed together.
+    pub fn acquire_until(&self, nbytes: usize, zero: bool, release_tick: u64) -> Result<NonNull<u8>> {
         if nbytes == 0 {
-            return err(
-                ErrorKind::InvalidArgument,
-                "cannot acquire 0 bytes: nbytes must be positive",
-            );
+            return err(ErrorKind::InvalidArgument, "cannot acquire 0 bytes: nbytes must be positive");
         }
-        let Some(layout) = block_layout(nbytes) else {
+        if nbytes > MAX_VALUE_BYTES || Arena::block_size(nbytes).is_none() {
             return err(
                 ErrorKind::SizeOverflow,
                 format!("cannot acquire {nbytes} bytes: more than the {MAX_VALUE_BYTES} bytes one block can have"),
             );
+        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let commits = st.arena.os.allocs;
+        let (addr, slab) = if (nbytes as u64) < self.config.large_threshold_bytes {
+            st.slabs.alloc(&mut st.arena, nbytes)?
+        } else {
+            (st.arena.alloc(nbytes, release_tick)?, LARGE)
         };
-        let class = layout.size();
-        let mut st = self.lock();
         st.stats.acquires += 1;
-        let ptr = match st.free.get_mut(&class).and_then(Vec::pop) {
-            Some(p) => {
-                st.stats.cache_hits += 1;
-                p
-            }
-            None => {
-                // SAFETY: layout has a non-zero size.
-                let p = unsafe { alloc::alloc(layout) };
-                let Some(p) = NonNull::new(p) else {
-                    return err(
-                        ErrorKind::OutOfMemory,
-                        format!("the system refused {class} bytes (asked for {nbytes})"),
-                    );
-                };
-                st.stats.os_allocs += 1;
-                st.stats.os_alloc_bytes += class as u64;
-                st.stats.reserved_bytes += class as u64;
-                st.stats.peak_reserved_bytes = st.stats.peak_reserved_bytes.max(st.stats.reserved_bytes);
-                p
-            }
-        };
-        st.live.insert(ptr.as_ptr() as usize, (class, nbytes));
+        st.stats.cache_hits += (st.arena.os.allocs == commits) as u64;
+        st.live.insert(addr, Live { nbytes, slab });
         st.stats.live_bytes += nbytes as u64;
         st.stats.peak_live_bytes = st.stats.peak_live_bytes.max(st.stats.live_bytes);
-        drop(st);
+        let reserved = st.arena.committed() as u64;
+        st.stats.peak_reserved_bytes = st.stats.peak_reserved_bytes.max(reserved);
+        drop(guard);
+        let ptr = NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions");
         if zero {
-            // SAFETY: the block is at least `nbytes` long and now exclusively the caller's.
+            // SAFETY: the block holds at least `nbytes` bytes and is now the caller's alone.
             unsafe { ptr.as_ptr().write_bytes(0, nbytes) };
         }
         Ok(ptr)
@@ -128,96 +182,97 @@ impl Pool {
     /// Takes back a block from `acquire`. A pointer the pool did not hand out, or one already
     /// released, is an error and changes nothing.
     pub fn release(&self, ptr: NonNull<u8>) -> Result<()> {
-        let mut st = self.lock();
-        let Some((class, nbytes)) = st.live.remove(&(ptr.as_ptr() as usize)) else {
-            return err(
-                ErrorKind::UnknownPointer,
-                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
-            );
+        let addr = ptr.as_ptr() as usize;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let Some(live) = st.live.remove(&addr) else {
+            return err(ErrorKind::UnknownPointer, format!("pointer {ptr:p} was not handed out by this pool, or was already released"));
         };
         st.stats.releases += 1;
-        st.stats.live_bytes -= nbytes as u64;
-        let cap = self.config.max_pool_bytes;
-        if cap != 0 && st.stats.reserved_bytes > cap {
-            st.free_to_os(ptr, class);
+        st.stats.live_bytes -= live.nbytes as u64;
+        if live.slab == LARGE {
+            let (start, size) = st.arena.release(addr);
+            if self.over_cap(st) {
+                st.arena.decommit(start, size);
+            }
         } else {
-            st.free.entry(class).or_default().push(ptr);
+            st.slabs.release(&mut st.arena, live.slab, addr);
+        }
+        if self.over_cap(st) {
+            for (start, size) in st.arena.free_blocks_largest_first() {
+                st.arena.decommit(start, size);
+                if !self.over_cap(st) {
+                    break;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Returns every cached block to the system.
+    /// Gives every free byte back to the system and unmaps regions that hold no block.
     pub fn trim(&self) {
         let mut st = self.lock();
-        let free = std::mem::take(&mut st.free);
-        for (class, blocks) in free {
-            for p in blocks {
-                st.free_to_os(p, class);
-            }
+        for (start, size) in st.arena.free_blocks_largest_first() {
+            st.arena.decommit(start, size);
         }
+        st.arena.unmap_empty_regions();
     }
 
     pub fn stats(&self) -> PoolStats {
-        self.lock().stats
+        let st = self.lock();
+        let os = st.arena.os;
+        PoolStats {
+            reserved_bytes: st.arena.committed() as u64,
+            os_allocs: os.allocs,
+            os_alloc_bytes: os.alloc_bytes,
+            os_frees: os.frees,
+            os_free_bytes: os.free_bytes,
+            ..st.stats
+        }
     }
 
     /// Restarts peak tracking from the current levels, to measure one run.
     pub fn reset_peaks(&self) {
         let mut st = self.lock();
         st.stats.peak_live_bytes = st.stats.live_bytes;
-        st.stats.peak_reserved_bytes = st.stats.reserved_bytes;
+        st.stats.peak_reserved_bytes = st.arena.committed() as u64;
     }
 
-    /// Usable size of a live block, if `ptr` is one.
-    pub fn block_size(&self, ptr: NonNull<u8>) -> Option<usize> {
-        self.lock().live.get(&(ptr.as_ptr() as usize)).map(|&(class, _)| class)
+    fn over_cap(&self, st: &State) -> bool {
+        self.config.max_pool_bytes != 0 && st.arena.committed() as u64 > self.config.max_pool_bytes
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave `State` inconsistent halfway through an
-        // update that matters for memory safety, so a poisoned lock is still usable.
+        // Every update under the lock completes before anything can panic, so a poisoned lock
+        // (a panic elsewhere in the holder's thread) leaves consistent state.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl State {
-    fn free_to_os(&mut self, p: NonNull<u8>, class: usize) {
-        // SAFETY: `p` came from `alloc::alloc` with this very layout and is no longer referenced.
-        unsafe { alloc::dealloc(p.as_ptr(), Layout::from_size_align_unchecked(class, BLOCK_ALIGN)) };
-        self.stats.os_frees += 1;
-        self.stats.os_free_bytes += class as u64;
-        self.stats.reserved_bytes -= class as u64;
-    }
-}
+/// Hashes block addresses: multiply, then fold the high bits down, since addresses share their
+/// low bits (alignment) and the table indexes by low bits.
+#[derive(Default)]
+struct AddrHasher(u64);
 
-impl Drop for Pool {
-    fn drop(&mut self) {
-        self.trim();
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for (addr, (class, _)) in std::mem::take(&mut st.live) {
-            st.free_to_os(NonNull::new(addr as *mut u8).expect("live blocks are non-null"), class);
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ b as u64);
         }
     }
-}
 
-/// Rounds a request up to its class: multiples of 16 up to 256 bytes, then four classes per
-/// power of two, so the slack is under 16 bytes or 25% of the block. `None` past the largest block.
-pub(crate) fn size_class(nbytes: usize) -> Option<usize> {
-    if nbytes > MAX_VALUE_BYTES {
-        return None;
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
     }
-    let step = match nbytes {
-        0..=256 => 16,
-        _ => (1usize << (usize::BITS - 1 - nbytes.leading_zeros())) / 4,
-    };
-    nbytes
-        .div_ceil(step)
-        .checked_mul(step)
-        .filter(|&c| c <= MAX_VALUE_BYTES)
-}
 
-fn block_layout(nbytes: usize) -> Option<Layout> {
-    Layout::from_size_align(size_class(nbytes)?, BLOCK_ALIGN).ok()
+    fn write_u64(&mut self, n: u64) {
+        let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[cfg(test)]
@@ -225,56 +280,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn size_classes_bound_waste() {
-        for n in [
-            1usize,
-            15,
-            16,
-            17,
-            255,
-            256,
-            257,
-            1000,
-            4096,
-            5000,
-            1 << 20,
-            (1 << 20) + 1,
-            123_456_789,
-        ] {
-            let c = size_class(n).unwrap();
-            assert!(c >= n && c % 16 == 0, "class {c} for {n}");
-            assert!(
-                c - n < 16 || (c - n) * 4 <= c,
-                "class {c} wastes more than 16 bytes and 25% for {n}"
-            );
-        }
-    }
-
-    #[test]
-    fn the_largest_requests_are_refused_not_rounded_past_the_limit() {
-        assert_eq!(size_class(MAX_VALUE_BYTES + 1), None);
-        assert_eq!(size_class((7 << 60) + 1), None, "rounds up to 2^63");
-        let pool = Pool::new(PoolConfig::default());
-        let e = pool.acquire((7 << 60) + 1, false).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::SizeOverflow);
-        assert_eq!(pool.acquire(1 << 62, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
-        assert_eq!(pool.stats().live_bytes, 0);
-    }
-
-    #[test]
     fn reuses_released_blocks_and_counts() {
-        let pool = Pool::new(PoolConfig::default());
-        let a = pool.acquire(1000, false).unwrap();
-        assert_eq!(a.as_ptr() as usize % 16, 0);
+        let pool = Pool::default();
+        let a = pool.acquire(100_000, false).unwrap();
+        assert_eq!(a.as_ptr() as usize % 64, 0);
         pool.release(a).unwrap();
-        let b = pool.acquire(990, true).unwrap();
-        assert_eq!(a, b, "same class should reuse the cached block");
+        let b = pool.acquire(90_000, true).unwrap();
+        assert_eq!(a, b, "a smaller request reuses the freed block");
         let s = pool.stats();
-        assert_eq!((s.os_allocs, s.cache_hits, s.live_bytes), (1, 1, 990));
-        assert_eq!(
-            pool.release(NonNull::dangling()).unwrap_err().kind(),
-            ErrorKind::UnknownPointer
-        );
+        assert_eq!((s.acquires, s.cache_hits, s.live_bytes), (2, 1, 90_000));
+        assert_eq!(pool.release(NonNull::dangling()).unwrap_err().kind(), ErrorKind::UnknownPointer);
         pool.release(b).unwrap();
         assert_eq!(pool.release(b).unwrap_err().kind(), ErrorKind::UnknownPointer);
         pool.trim();
@@ -282,14 +297,34 @@ mod tests {
     }
 
     #[test]
-    fn cap_sends_releases_back_to_the_system() {
-        let pool = Pool::new(PoolConfig { max_pool_bytes: 4096 });
-        let blocks: Vec<_> = (0..4).map(|_| pool.acquire(4096, false).unwrap()).collect();
+    fn the_largest_requests_are_refused_not_rounded_past_the_limit() {
+        let pool = Pool::default();
+        assert_eq!(pool.acquire((7 << 60) + 1, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
+        assert_eq!(pool.acquire(usize::MAX - 10, false).unwrap_err().kind(), ErrorKind::SizeOverflow);
+        assert_eq!(pool.acquire(1 << 62, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
+        assert_eq!(pool.acquire(0, false).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        let s = pool.stats();
+        assert_eq!((s.live_bytes, s.acquires), (0, 0));
+    }
+
+    #[test]
+    fn the_cap_holds_after_every_release() {
+        let cap = 1 << 20;
+        let pool = Pool::new(PoolConfig { max_pool_bytes: cap, ..Default::default() }).unwrap();
+        let blocks: Vec<_> = (0..8).map(|i| pool.acquire(300_000 + i * 1000, false).unwrap()).collect();
+        assert!(pool.stats().reserved_bytes > cap, "live memory may exceed the cap");
         for b in blocks {
             pool.release(b).unwrap();
+            assert!(pool.stats().reserved_bytes <= cap.max(pool.stats().live_bytes + (1 << 16)));
         }
-        let s = pool.stats();
-        assert!(s.reserved_bytes <= 4096, "reserved {} over the cap", s.reserved_bytes);
-        assert_eq!(s.os_frees, 3);
+        assert!(pool.stats().reserved_bytes <= cap);
+        assert!(pool.stats().os_frees > 0);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let e = Pool::new(PoolConfig { large_threshold_bytes: 1 << 20, ..Default::default() }).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("large_threshold_bytes"));
     }
 }

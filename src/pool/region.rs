@@ -1,0 +1,56 @@
+//! A region: one anonymous mapping reserved up front and committed page by page as blocks use
+//! it. Pages are backed by memory only once touched (`MAP_NORESERVE`); a free range can be given
+//! back with `MADV_DONTNEED` and is zero-filled if touched again.
+
+use std::sync::OnceLock;
+
+use memmap2::{MmapMut, MmapOptions, UncheckedAdvice};
+
+pub(super) fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    })
+}
+
+pub(super) fn page_down(x: usize) -> usize {
+    x & !(page_size() - 1)
+}
+
+pub(super) fn page_up(x: usize) -> usize {
+    page_down(x + page_size() - 1)
+}
+
+pub(super) struct Region {
+    map: MmapMut,
+}
+
+impl Region {
+    /// Reserves `len` bytes of address space (a multiple of the page size); nothing is committed.
+    pub fn reserve(len: usize) -> std::io::Result<Region> {
+        let map = MmapOptions::new().len(len).no_reserve_swap().map_anon()?;
+        Ok(Region { map })
+    }
+
+    pub fn start(&self) -> usize {
+        self.map.as_ptr() as usize
+    }
+
+    pub fn end(&self) -> usize {
+        self.start() + self.map.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Returns the pages of `[start, end)` (page aligned, inside the region) to the system.
+    pub fn decommit(&self, start: usize, end: usize) {
+        debug_assert!(start >= self.start() && end <= self.end() && start % page_size() == 0);
+        // SAFETY: the range lies inside this mapping and holds only free blocks: no buffer handed
+        // out overlaps it, so nothing observes the pages being dropped (they read back as zeros).
+        let _ = unsafe { self.map.unchecked_advise_range(UncheckedAdvice::DontNeed, start - self.start(), end - start) };
+    }
+}

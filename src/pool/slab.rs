@@ -1,0 +1,172 @@
+//! Small requests: size classes carved from arena chunks ("slabs"), one class per slab.
+//!
+//! Classes are multiples of 16 bytes up to 256, then eight per power of two, so a block wastes
+//! less than 16 bytes or 12.5% of its size. A slab holds at least 16 blocks; a slab that empties
+//! goes straight back to the arena, where its memory serves any size.
+
+use super::arena::{Arena, NEVER};
+use crate::error::Result;
+
+const MIN_SLAB_BYTES: usize = 16 * 1024;
+
+/// The class a request of `nbytes` (> 0) rounds up to.
+pub(super) fn class_size(nbytes: usize) -> usize {
+    let step = if nbytes <= 256 {
+        16
+    } else {
+        (1usize << (usize::BITS - 1 - nbytes.leading_zeros())) / 8
+    };
+    nbytes.div_ceil(step) * step
+}
+
+struct Slab {
+    base: usize,
+    block: usize,
+    capacity: u32,
+    /// Blocks never handed out start at `fresh`; released ones wait in `free`.
+    fresh: u32,
+    free: Vec<u32>,
+    used: u32,
+    class: u16,
+}
+
+pub(super) struct Slabs {
+    /// Class index by `(nbytes + 15) / 16`.
+    class_of: Vec<u16>,
+    sizes: Vec<usize>,
+    /// Per class: slabs with a free block.
+    partial: Vec<Vec<u32>>,
+    slabs: Vec<Option<Slab>>,
+    spare_ids: Vec<u32>,
+}
+
+impl Slabs {
+    /// Classes for requests up to `max_bytes`.
+    pub fn new(max_bytes: usize) -> Self {
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut class_of = vec![0u16; max_bytes.div_ceil(16) + 1];
+        for (i, c) in class_of.iter_mut().enumerate().skip(1) {
+            let size = class_size(i * 16);
+            if sizes.last() != Some(&size) {
+                sizes.push(size);
+            }
+            *c = (sizes.len() - 1) as u16;
+        }
+        Slabs {
+            partial: vec![Vec::new(); sizes.len()],
+            class_of,
+            sizes,
+            slabs: Vec::new(),
+            spare_ids: Vec::new(),
+        }
+    }
+
+    /// A block for `nbytes`; returns its address and slab id.
+    pub fn alloc(&mut self, arena: &mut Arena, nbytes: usize) -> Result<(usize, u32)> {
+        let class = self.class_of[nbytes.div_ceil(16)] as usize;
+        let id = match self.partial[class].last() {
+            Some(&id) => id,
+            None => self.new_slab(arena, class)?,
+        };
+        let slab = self.slabs[id as usize].as_mut().expect("partial slabs are live");
+        let index = match slab.free.pop() {
+            Some(i) => i,
+            None => {
+                slab.fresh += 1;
+                slab.fresh - 1
+            }
+        };
+        slab.used += 1;
+        if slab.used == slab.capacity {
+            self.partial[class].pop();
+        }
+        Ok((slab.base + index as usize * slab.block, id))
+    }
+
+    /// Takes back a block; an emptied slab returns to the arena.
+    pub fn release(&mut self, arena: &mut Arena, id: u32, addr: usize) {
+        let slab = self.slabs[id as usize].as_mut().expect("live blocks belong to live slabs");
+        let was_full = slab.used == slab.capacity;
+        slab.free.push(((addr - slab.base) / slab.block) as u32);
+        slab.used -= 1;
+        let class = slab.class as usize;
+        if slab.used == 0 {
+            let base = slab.base;
+            self.slabs[id as usize] = None;
+            self.spare_ids.push(id);
+            if let Some(pos) = self.partial[class].iter().position(|&s| s == id) {
+                self.partial[class].swap_remove(pos);
+            }
+            arena.release(base);
+        } else if was_full {
+            self.partial[class].push(id);
+        }
+    }
+
+    fn new_slab(&mut self, arena: &mut Arena, class: usize) -> Result<u32> {
+        let block = self.sizes[class];
+        let bytes = (block * 16).max(MIN_SLAB_BYTES);
+        let base = arena.alloc(bytes, NEVER)?;
+        let slab = Slab {
+            base,
+            block,
+            capacity: (bytes / block) as u32,
+            fresh: 0,
+            free: Vec::new(),
+            used: 0,
+            class: class as u16,
+        };
+        let id = match self.spare_ids.pop() {
+            Some(id) => {
+                self.slabs[id as usize] = Some(slab);
+                id
+            }
+            None => {
+                self.slabs.push(Some(slab));
+                (self.slabs.len() - 1) as u32
+            }
+        };
+        self.partial[class].push(id);
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_bound_waste() {
+        for n in 1..=65_536usize {
+            let c = class_size(n);
+            assert!(c >= n && c % 16 == 0);
+            assert!(c - n < 16 || (c - n) * 8 <= c, "class {c} wastes too much for {n}");
+        }
+    }
+
+    #[test]
+    fn every_size_up_to_the_limit_has_a_class() {
+        let mut arena = Arena::new(1 << 20);
+        let mut slabs = Slabs::new(1023);
+        for n in 1..=1023 {
+            let (addr, id) = slabs.alloc(&mut arena, n).unwrap();
+            slabs.release(&mut arena, id, addr);
+        }
+    }
+
+    #[test]
+    fn blocks_are_distinct_and_slabs_return_to_the_arena() {
+        let mut arena = Arena::new(1 << 20);
+        let mut slabs = Slabs::new(1024);
+        let blocks: Vec<(usize, u32)> = (0..100).map(|i| slabs.alloc(&mut arena, 1 + (i * 37) % 1024).unwrap()).collect();
+        let mut addrs: Vec<usize> = blocks.iter().map(|b| b.0).collect();
+        addrs.sort();
+        addrs.dedup();
+        assert_eq!(addrs.len(), 100);
+        assert!(addrs.iter().all(|a| a % 16 == 0));
+        for (addr, id) in blocks {
+            slabs.release(&mut arena, id, addr);
+        }
+        assert!(slabs.slabs.iter().all(Option::is_none), "every slab emptied and went back");
+    }
+}
