@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{AlignedBuf, Ledger, Rng};
-use graphsched::{run, ErrorKind, GraphBuilder, InputBinding, NodeDesc, Pool, PoolConfig, RunOptions, ValueRef};
+use graphsched::{run, ErrorKind, GraphBuilder, InputBinding, NodeDesc, Pool, RunOptions, ValueRef};
 
 fn pool() -> Arc<Pool> {
     Arc::new(Pool::default())

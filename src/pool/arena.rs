@@ -106,14 +106,24 @@ impl Arena {
         if at + n < addr + size {
             self.put_free(at + n, addr + size - at - n, region);
         }
-        self.used.insert(at, Used { size: n, region, release_tick });
+        self.used.insert(
+            at,
+            Used {
+                size: n,
+                region,
+                release_tick,
+            },
+        );
         self.recommit(at, at + n);
         Ok(at)
     }
 
     /// Frees a block from `alloc`; returns the free block it merged into (address, size).
     pub fn release(&mut self, addr: usize) -> (usize, usize) {
-        let u = self.used.remove(&addr).expect("the pool releases only blocks it placed");
+        let u = self
+            .used
+            .remove(&addr)
+            .expect("the pool releases only blocks it placed");
         let (mut start, mut end) = (addr, addr + u.size);
         if let Some((&a, &f)) = self.free.range(..addr).next_back() {
             if a + f.size == addr && f.region == u.region {
@@ -166,7 +176,11 @@ impl Arena {
             let (start, len) = (region.start(), region.len());
             if self.free.get(&start).is_some_and(|f| f.size == len) {
                 self.take_free(start, len);
-                let inside: Vec<(usize, usize)> = self.decommitted.range(start..start + len).map(|(&s, &e)| (s, e)).collect();
+                let inside: Vec<(usize, usize)> = self
+                    .decommitted
+                    .range(start..start + len)
+                    .map(|(&s, &e)| (s, e))
+                    .collect();
                 let decommitted: usize = inside.iter().map(|(s, e)| e - s).sum();
                 for (s, _) in inside {
                     self.decommitted.remove(&s);
@@ -205,7 +219,12 @@ impl Arena {
         let len = self.region_bytes.max(page_up(n));
         let region = match Region::reserve(len) {
             Ok(r) => r,
-            Err(e) => return err(ErrorKind::OutOfMemory, format!("the system refused to map {len} bytes for a {n}-byte block: {e}")),
+            Err(e) => {
+                return err(
+                    ErrorKind::OutOfMemory,
+                    format!("the system refused to map {len} bytes for a {n}-byte block: {e}"),
+                )
+            }
         };
         let start = region.start();
         let index = match self.regions.iter().position(Option::is_none) {
@@ -253,7 +272,9 @@ impl Arena {
         let mut recommitted = 0;
         loop {
             // The last decommitted range that starts before `pe` and reaches past `ps`.
-            let Some((&s, &e)) = self.decommitted.range(..pe).next_back() else { break };
+            let Some((&s, &e)) = self.decommitted.range(..pe).next_back() else {
+                break;
+            };
             if e <= ps {
                 break;
             }
@@ -278,12 +299,21 @@ impl Arena {
         // Decommitted ranges lie inside free blocks; free blocks never touch each other within a
         // region; counters add up.
         for (&s, &e) in &self.decommitted {
-            let (&a, f) = self.free.range(..=s).next_back().expect("decommitted range inside a free block");
-            assert!(s >= a && e <= a + f.size, "range {s:#x}..{e:#x} leaks out of free block {a:#x}+{}", f.size);
+            let (&a, f) = self
+                .free
+                .range(..=s)
+                .next_back()
+                .expect("decommitted range inside a free block");
+            assert!(
+                s >= a && e <= a + f.size,
+                "range {s:#x}..{e:#x} leaks out of free block {a:#x}+{}",
+                f.size
+            );
         }
         let dec: usize = self.decommitted.iter().map(|(s, e)| e - s).sum();
         assert_eq!(dec, self.decommitted_bytes);
-        let total: usize = self.free.values().map(|f| f.size).sum::<usize>() + self.used.values().map(|u| u.size).sum::<usize>();
+        let total: usize =
+            self.free.values().map(|f| f.size).sum::<usize>() + self.used.values().map(|u| u.size).sum::<usize>();
         assert_eq!(total, self.mapped);
     }
 }

@@ -115,11 +115,17 @@ impl Pool {
         if config.large_threshold_bytes > MAX_LARGE_THRESHOLD {
             return err(
                 ErrorKind::InvalidArgument,
-                format!("large_threshold_bytes is {}, more than the {MAX_LARGE_THRESHOLD} allowed", config.large_threshold_bytes),
+                format!(
+                    "large_threshold_bytes is {}, more than the {MAX_LARGE_THRESHOLD} allowed",
+                    config.large_threshold_bytes
+                ),
             );
         }
         if config.region_bytes > MAX_VALUE_BYTES as u64 {
-            return err(ErrorKind::InvalidArgument, format!("region_bytes is {}, larger than the address space", config.region_bytes));
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("region_bytes is {}, larger than the address space", config.region_bytes),
+            );
         }
         Ok(Pool {
             config,
@@ -147,7 +153,10 @@ impl Pool {
     /// consumer in the topological order). Blocks released together are placed together.
     pub fn acquire_until(&self, nbytes: usize, zero: bool, release_tick: u64) -> Result<NonNull<u8>> {
         if nbytes == 0 {
-            return err(ErrorKind::InvalidArgument, "cannot acquire 0 bytes: nbytes must be positive");
+            return err(
+                ErrorKind::InvalidArgument,
+                "cannot acquire 0 bytes: nbytes must be positive",
+            );
         }
         if nbytes > MAX_VALUE_BYTES || Arena::block_size(nbytes).is_none() {
             return err(
@@ -186,7 +195,10 @@ impl Pool {
         let mut guard = self.lock();
         let st = &mut *guard;
         let Some(live) = st.live.remove(&addr) else {
-            return err(ErrorKind::UnknownPointer, format!("pointer {ptr:p} was not handed out by this pool, or was already released"));
+            return err(
+                ErrorKind::UnknownPointer,
+                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
+            );
         };
         st.stats.releases += 1;
         st.stats.live_bytes -= live.nbytes as u64;
@@ -289,7 +301,10 @@ mod tests {
         assert_eq!(a, b, "a smaller request reuses the freed block");
         let s = pool.stats();
         assert_eq!((s.acquires, s.cache_hits, s.live_bytes), (2, 1, 90_000));
-        assert_eq!(pool.release(NonNull::dangling()).unwrap_err().kind(), ErrorKind::UnknownPointer);
+        assert_eq!(
+            pool.release(NonNull::dangling()).unwrap_err().kind(),
+            ErrorKind::UnknownPointer
+        );
         pool.release(b).unwrap();
         assert_eq!(pool.release(b).unwrap_err().kind(), ErrorKind::UnknownPointer);
         pool.trim();
@@ -299,8 +314,14 @@ mod tests {
     #[test]
     fn the_largest_requests_are_refused_not_rounded_past_the_limit() {
         let pool = Pool::default();
-        assert_eq!(pool.acquire((7 << 60) + 1, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
-        assert_eq!(pool.acquire(usize::MAX - 10, false).unwrap_err().kind(), ErrorKind::SizeOverflow);
+        assert_eq!(
+            pool.acquire((7 << 60) + 1, false).unwrap_err().kind(),
+            ErrorKind::OutOfMemory
+        );
+        assert_eq!(
+            pool.acquire(usize::MAX - 10, false).unwrap_err().kind(),
+            ErrorKind::SizeOverflow
+        );
         assert_eq!(pool.acquire(1 << 62, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
         assert_eq!(pool.acquire(0, false).unwrap_err().kind(), ErrorKind::InvalidArgument);
         let s = pool.stats();
@@ -310,8 +331,14 @@ mod tests {
     #[test]
     fn the_cap_holds_after_every_release() {
         let cap = 1 << 20;
-        let pool = Pool::new(PoolConfig { max_pool_bytes: cap, ..Default::default() }).unwrap();
-        let blocks: Vec<_> = (0..8).map(|i| pool.acquire(300_000 + i * 1000, false).unwrap()).collect();
+        let pool = Pool::new(PoolConfig {
+            max_pool_bytes: cap,
+            ..Default::default()
+        })
+        .unwrap();
+        let blocks: Vec<_> = (0..8)
+            .map(|i| pool.acquire(300_000 + i * 1000, false).unwrap())
+            .collect();
         assert!(pool.stats().reserved_bytes > cap, "live memory may exceed the cap");
         for b in blocks {
             pool.release(b).unwrap();
@@ -323,7 +350,12 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_refused() {
-        let e = Pool::new(PoolConfig { large_threshold_bytes: 1 << 20, ..Default::default() }).err().unwrap();
+        let e = Pool::new(PoolConfig {
+            large_threshold_bytes: 1 << 20,
+            ..Default::default()
+        })
+        .err()
+        .unwrap();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         assert!(e.message().contains("large_threshold_bytes"));
     }

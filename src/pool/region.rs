@@ -51,6 +51,9 @@ impl Region {
         debug_assert!(start >= self.start() && end <= self.end() && start % page_size() == 0);
         // SAFETY: the range lies inside this mapping and holds only free blocks: no buffer handed
         // out overlaps it, so nothing observes the pages being dropped (they read back as zeros).
-        let _ = unsafe { self.map.unchecked_advise_range(UncheckedAdvice::DontNeed, start - self.start(), end - start) };
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(UncheckedAdvice::DontNeed, start - self.start(), end - start)
+        };
     }
 }

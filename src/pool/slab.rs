@@ -85,7 +85,9 @@ impl Slabs {
 
     /// Takes back a block; an emptied slab returns to the arena.
     pub fn release(&mut self, arena: &mut Arena, id: u32, addr: usize) {
-        let slab = self.slabs[id as usize].as_mut().expect("live blocks belong to live slabs");
+        let slab = self.slabs[id as usize]
+            .as_mut()
+            .expect("live blocks belong to live slabs");
         let was_full = slab.used == slab.capacity;
         slab.free.push(((addr - slab.base) / slab.block) as u32);
         slab.used -= 1;
@@ -158,7 +160,9 @@ mod tests {
     fn blocks_are_distinct_and_slabs_return_to_the_arena() {
         let mut arena = Arena::new(1 << 20);
         let mut slabs = Slabs::new(1024);
-        let blocks: Vec<(usize, u32)> = (0..100).map(|i| slabs.alloc(&mut arena, 1 + (i * 37) % 1024).unwrap()).collect();
+        let blocks: Vec<(usize, u32)> = (0..100)
+            .map(|i| slabs.alloc(&mut arena, 1 + (i * 37) % 1024).unwrap())
+            .collect();
         let mut addrs: Vec<usize> = blocks.iter().map(|b| b.0).collect();
         addrs.sort();
         addrs.dedup();
@@ -167,6 +171,9 @@ mod tests {
         for (addr, id) in blocks {
             slabs.release(&mut arena, id, addr);
         }
-        assert!(slabs.slabs.iter().all(Option::is_none), "every slab emptied and went back");
+        assert!(
+            slabs.slabs.iter().all(Option::is_none),
+            "every slab emptied and went back"
+        );
     }
 }

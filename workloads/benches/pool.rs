@@ -1,0 +1,129 @@
+//! The pool against glibc malloc/free, side by side in one run, and the pool's peak on the real
+//! graphs against their lower bound.
+//!
+//! Run: `cargo bench -p graphsched-workloads --bench pool`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use graphsched::{run, Pool, RunOptions};
+use graphsched_workloads::graph_file::InputBuffers;
+use graphsched_workloads::{bundled_graphs, GraphFile, Ledger};
+
+fn minor_faults() -> i64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u.ru_minflt
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    xs[xs.len() / 2]
+}
+
+/// Median ns per acquire+release pair and minor faults per pair, over `batches` batches of
+/// `iters` pairs. With `touch`, one byte per page is written, so fresh pages fault.
+fn measure(iters: usize, batches: usize, touch: bool, size: usize, mut pair: impl FnMut(usize, bool)) -> (f64, f64) {
+    pair(size, touch); // warm up: the first round may take memory from the system
+    let mut times = Vec::new();
+    let faults0 = minor_faults();
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..iters {
+            pair(size, touch);
+        }
+        times.push(t.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    (
+        median(times),
+        (minor_faults() - faults0) as f64 / (iters * batches) as f64,
+    )
+}
+
+fn touch_pages(p: *mut u8, size: usize) {
+    for off in (0..size).step_by(4096) {
+        // SAFETY: `p` holds `size` bytes.
+        unsafe { p.add(off).write_volatile(1) };
+    }
+}
+
+fn main() {
+    println!("acquire+release pairs, one thread (median of 7 batches)");
+    println!(
+        "{:>10} | {:>12} {:>12} {:>7} | {:>13} {:>13}",
+        "size", "pool ns", "malloc ns", "ratio", "pool faults", "malloc faults"
+    );
+    let pool = Pool::default();
+    for size in [64usize, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20] {
+        let iters = (200_000_000 / size.max(1000)).clamp(20, 200_000);
+        let mut pool_pair = |size: usize, touch: bool| {
+            let p = pool.acquire(size, false).unwrap();
+            if touch {
+                touch_pages(p.as_ptr(), size);
+            }
+            pool.release(std::hint::black_box(p)).unwrap();
+        };
+        let malloc_pair = |size: usize, touch: bool| {
+            // SAFETY: plain malloc/free of a positive size.
+            unsafe {
+                let p = libc::malloc(size) as *mut u8;
+                assert!(!p.is_null());
+                if touch {
+                    touch_pages(p, size);
+                }
+                libc::free(std::hint::black_box(p) as *mut _);
+            }
+        };
+        let (pool_ns, _) = measure(iters, 7, false, size, &mut pool_pair);
+        let (malloc_ns, _) = measure(iters, 7, false, size, malloc_pair);
+        let touch_iters = (iters / 10).max(10);
+        let (_, pool_faults) = measure(touch_iters, 3, true, size, &mut pool_pair);
+        let (_, malloc_faults) = measure(touch_iters, 3, true, size, malloc_pair);
+        println!(
+            "{:>10} | {:>12.1} {:>12.1} {:>7.2} | {:>13.2} {:>13.2}",
+            size,
+            pool_ns,
+            malloc_ns,
+            malloc_ns / pool_ns,
+            pool_faults,
+            malloc_faults
+        );
+    }
+
+    println!();
+    println!("real graphs, file order, one thread: the pool's peak against the max-live lower bound");
+    println!(
+        "{:>18} | {:>12} {:>12} {:>12} {:>6} | {:>10} {:>10}",
+        "graph", "lower bound", "peak live", "peak reserved", "ratio", "run 1 allocs", "run 2 allocs"
+    );
+    for path in bundled_graphs() {
+        let file = GraphFile::load(&path).unwrap();
+        let ledger = Ledger::new(&file.value_counts());
+        let loaded = file
+            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
+            .unwrap();
+        let inputs = InputBuffers::new(&loaded.inputs, 1);
+        let bindings = inputs.bindings();
+        let pool = Arc::new(Pool::default());
+        let r1 = run(&loaded.graph, &pool, &RunOptions { inputs: &bindings }).unwrap();
+        let first = pool.stats();
+        drop(r1);
+        let r2 = run(&loaded.graph, &pool, &RunOptions { inputs: &bindings }).unwrap();
+        drop(r2);
+        let second = pool.stats();
+        let lb = file.max_live_bytes();
+        println!(
+            "{:>18} | {:>12} {:>12} {:>12} {:>6.3} | {:>10} {:>10}",
+            file.name,
+            lb,
+            first.peak_live_bytes,
+            first.peak_reserved_bytes,
+            first.peak_reserved_bytes as f64 / lb as f64,
+            first.os_allocs,
+            second.os_allocs - first.os_allocs
+        );
+    }
+}

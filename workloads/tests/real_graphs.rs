@@ -1,0 +1,83 @@
+//! The pool on real inference graphs, run in file order on one thread: checksums hold, repeat
+//! runs ask the system for nothing, and the pool's peak stays near the file-order lower bound.
+
+use std::sync::Arc;
+
+use graphsched::{run, Pool, RunOptions};
+use graphsched_workloads::graph_file::InputBuffers;
+use graphsched_workloads::{bundled_graphs, checksum, GraphFile, Ledger};
+
+/// The lower bounds published with the graphs (workloads/graphs/README.md).
+const PUBLISHED_MAX_LIVE: [(&str, u64); 4] = [
+    ("yolov8n-320", 4_915_200),
+    ("ppocrv4-det-640", 39_321_600),
+    ("mobilenetv2-224", 6_021_120),
+    ("resnet50-224", 9_633_792),
+];
+
+#[test]
+fn lower_bounds_match_the_published_figures() {
+    for (path, (name, want)) in bundled_graphs().iter().zip(PUBLISHED_MAX_LIVE) {
+        let file = GraphFile::load(path).unwrap();
+        assert_eq!(file.name, name);
+        assert_eq!(file.max_live_bytes(), want, "{name}");
+    }
+}
+
+#[test]
+fn repeat_runs_reuse_everything_and_stay_near_the_lower_bound() {
+    for path in bundled_graphs() {
+        let file = GraphFile::load(&path).unwrap();
+        let ledger = Ledger::new(&file.value_counts());
+        let loaded = file
+            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
+            .unwrap();
+        let graph = &loaded.graph;
+        let order: Vec<u32> = (0..graph.node_count() as u32).collect();
+        assert_eq!(
+            graph.topological_order(),
+            &order[..],
+            "{}: runs follow the file order",
+            file.name
+        );
+
+        let inputs = InputBuffers::new(&loaded.inputs, 7);
+        for (v, bytes) in inputs.bytes() {
+            ledger.record(v, checksum(bytes));
+        }
+        let bindings = inputs.bindings();
+        let pool = Arc::new(Pool::default());
+        let mut first_outputs = Vec::new();
+        for round in 0..3 {
+            let before = pool.stats();
+            let result =
+                run(graph, &pool, &RunOptions { inputs: &bindings }).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+            let outputs: Vec<u64> = graph
+                .graph_outputs()
+                .iter()
+                .map(|&v| checksum(result.output_bytes(graph.value_ref(v)).unwrap()))
+                .collect();
+            drop(result);
+            let after = pool.stats();
+            assert_eq!(after.live_bytes, 0);
+            if round == 0 {
+                first_outputs = outputs;
+                let ratio = after.peak_reserved_bytes as f64 / file.max_live_bytes() as f64;
+                assert!(
+                    ratio <= 1.25,
+                    "{}: peak reserved is {ratio:.3}x the lower bound",
+                    file.name
+                );
+            } else {
+                assert_eq!(outputs, first_outputs, "{}: same inputs, same outputs", file.name);
+                assert_eq!(
+                    after.os_allocs, before.os_allocs,
+                    "{}: run {round} asked the system for memory",
+                    file.name
+                );
+                assert_eq!(after.cache_hits - before.cache_hits, after.acquires - before.acquires);
+                assert_eq!(after.reserved_bytes, before.reserved_bytes);
+            }
+        }
+    }
+}
