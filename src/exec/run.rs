@@ -107,6 +107,8 @@ impl Drop for RunResult {
 pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Result<RunResult> {
     let start = Instant::now();
     let os_allocs_before = pool.stats().os_allocs;
+    // Start from a settled pool, so that repeated runs make the same placement choices.
+    pool.settle();
     let mut run = Run::new(graph, pool);
     run.bind(options.inputs)?;
     // On failure, dropping `run` returns every buffer it still holds.

@@ -7,17 +7,27 @@
 //! makes the first run's choices again and finds every page already committed.
 //!
 //! When a block is split, the request goes to the side whose neighbour is released later, so the
-//! remainder sits next to the neighbour released sooner and grows when it goes. Callers that know
-//! when they will release (a run does: the position of the value's last consumer) pass that tick;
-//! on the ResNet-50 graph this takes the peak from 1.42x to 1.08x of the max-live lower bound.
+//! remainder sits next to the neighbour released sooner and grows when it goes. The pool knows
+//! when each block will be released when its caller says so (a run does: the position of the
+//! value's last consumer) and answers `tick_of`; on the ResNet-50 graph this takes the peak from
+//! 1.42x to 1.08x of the max-live lower bound.
+//!
+//! A released block first waits in a *recent list* of its exact size, and the next request of
+//! that size takes it back without searching or splitting: the cached path of a pool that
+//! serves the same shapes over and over. The first request that finds no block of its size
+//! coalesces every waiting block (`settle`) before the best-fit search, so memory never stays
+//! fragmented by blocks that nobody asks for; runs also settle when they start, so that repeated
+//! runs of a graph begin from the same arena and make the same choices.
 //!
 //! Committed memory is tracked exactly: the pages of a region not yet touched, and the pages
 //! given back with `decommit`, are kept as *decommitted ranges*, which always lie inside free
 //! blocks. Reserved bytes are the mapped bytes minus those ranges.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 
 use super::region::{page_down, page_up, Region};
+use super::AddrHasher;
 use crate::error::{err, ErrorKind, Result};
 
 /// Block granularity and alignment.
@@ -36,7 +46,6 @@ struct Free {
 struct Used {
     size: usize,
     region: u32,
-    release_tick: u64,
 }
 
 /// What the arena asked of, and gave back to, the system.
@@ -54,6 +63,8 @@ pub(super) struct Arena {
     free: BTreeMap<usize, Free>,
     by_size: BTreeSet<(usize, usize)>,
     used: BTreeMap<usize, Used>,
+    /// Released blocks by exact size, not yet coalesced (still in `used`).
+    recent: HashMap<usize, Vec<usize>, BuildHasherDefault<AddrHasher>>,
     /// start -> end; page aligned, disjoint, always inside free blocks.
     decommitted: BTreeMap<usize, usize>,
     mapped: usize,
@@ -69,6 +80,7 @@ impl Arena {
             free: BTreeMap::new(),
             by_size: BTreeSet::new(),
             used: BTreeMap::new(),
+            recent: HashMap::default(),
             decommitted: BTreeMap::new(),
             mapped: 0,
             decommitted_bytes: 0,
@@ -86,16 +98,21 @@ impl Arena {
         nbytes.checked_next_multiple_of(GRAIN)
     }
 
-    /// Places `nbytes` (rounded to the grain); returns the block's address.
-    pub fn alloc(&mut self, nbytes: usize, release_tick: u64) -> Result<usize> {
+    /// Places `nbytes` (rounded to the grain); returns the block's address. `tick_of(addr)`
+    /// tells when the block placed at `addr` will be released ([`NEVER`] if unknown).
+    pub fn alloc(&mut self, nbytes: usize, tick_of: &dyn Fn(usize) -> u64) -> Result<usize> {
         let n = Self::block_size(nbytes).expect("checked by the pool");
+        if let Some(addr) = self.recent.get_mut(&n).and_then(Vec::pop) {
+            return Ok(addr);
+        }
+        self.settle();
         let (addr, size) = match self.best_fit(n) {
             Some(b) => b,
             None => self.map_region(n)?,
         };
         let region = self.take_free(addr, size);
         let is_tail = addr + size == self.region(region).end();
-        let at = if size == n || is_tail || self.right_tick(addr + size) <= self.left_tick(addr) {
+        let at = if size == n || is_tail || self.right_tick(addr + size, tick_of) <= self.left_tick(addr, tick_of) {
             addr
         } else {
             addr + size - n // the right neighbour lives longer: sit against it
@@ -106,20 +123,36 @@ impl Arena {
         if at + n < addr + size {
             self.put_free(at + n, addr + size - at - n, region);
         }
-        self.used.insert(
-            at,
-            Used {
-                size: n,
-                region,
-                release_tick,
-            },
-        );
+        self.used.insert(at, Used { size: n, region });
         self.recommit(at, at + n);
         Ok(at)
     }
 
-    /// Frees a block from `alloc`; returns the free block it merged into (address, size).
-    pub fn release(&mut self, addr: usize) -> (usize, usize) {
+    /// Takes back a block of `nbytes` from `alloc`, into the recent list of its size.
+    pub fn release(&mut self, addr: usize, nbytes: usize) {
+        let n = Self::block_size(nbytes).expect("checked by the pool");
+        debug_assert_eq!(
+            self.used.get(&addr).map(|u| u.size),
+            Some(n),
+            "released with its own size"
+        );
+        self.recent.entry(n).or_default().push(addr);
+    }
+
+    /// Coalesces every block waiting in the recent lists into the free space.
+    pub fn settle(&mut self) {
+        if self.recent.values().all(Vec::is_empty) {
+            return;
+        }
+        for (_, blocks) in std::mem::take(&mut self.recent) {
+            for addr in blocks {
+                self.coalesce(addr);
+            }
+        }
+    }
+
+    /// Frees a block and merges it with free neighbours; returns the free block (address, size).
+    fn coalesce(&mut self, addr: usize) -> (usize, usize) {
         let u = self
             .used
             .remove(&addr)
@@ -255,15 +288,19 @@ impl Arena {
         self.by_size.insert((size, addr));
     }
 
-    fn left_tick(&self, addr: usize) -> u64 {
+    fn left_tick(&self, addr: usize, tick_of: &dyn Fn(usize) -> u64) -> u64 {
         match self.used.range(..addr).next_back() {
-            Some((&a, u)) if a + u.size == addr => u.release_tick,
+            Some((&a, u)) if a + u.size == addr => tick_of(a),
             _ => NEVER, // the region's start
         }
     }
 
-    fn right_tick(&self, end: usize) -> u64 {
-        self.used.get(&end).map_or(NEVER, |u| u.release_tick)
+    fn right_tick(&self, end: usize, tick_of: &dyn Fn(usize) -> u64) -> u64 {
+        if self.used.contains_key(&end) {
+            tick_of(end)
+        } else {
+            NEVER // the region's end
+        }
     }
 
     /// Marks the pages under a new block `[start, end)` as committed again.
@@ -323,22 +360,27 @@ mod tests {
     use super::super::region::page_size;
     use super::*;
 
+    fn unknown(_: usize) -> u64 {
+        NEVER
+    }
+
     #[test]
     fn splits_coalesces_and_keeps_pages_committed() {
         let mut a = Arena::new(1 << 20);
-        let x = a.alloc(100_000, NEVER).unwrap();
-        let y = a.alloc(100_000, NEVER).unwrap();
+        let x = a.alloc(100_000, &unknown).unwrap();
+        let y = a.alloc(100_000, &unknown).unwrap();
         assert_eq!(y, x + Arena::block_size(100_000).unwrap());
         a.check_invariants();
         let committed = a.committed();
         assert!(committed >= 200_000 && committed < 200_000 + 2 * page_size());
-        a.release(x);
-        a.release(y);
+        a.release(x, 100_000);
+        a.release(y, 100_000);
+        a.settle();
         a.check_invariants();
         // Two halves of the coalesced space: same addresses, no new commitment.
         let allocs = a.os.allocs;
-        let p = a.alloc(150_000, NEVER).unwrap();
-        let q = a.alloc(40_000, NEVER).unwrap();
+        let p = a.alloc(150_000, &unknown).unwrap();
+        let q = a.alloc(40_000, &unknown).unwrap();
         assert_eq!(p, x);
         assert!(q > p && q < y + 100_000);
         assert_eq!(a.os.allocs, allocs, "reused memory needs no commit");
@@ -348,14 +390,23 @@ mod tests {
     #[test]
     fn the_side_follows_the_neighbour_released_later() {
         let mut a = Arena::new(1 << 20);
-        let early = a.alloc(4096, 1).unwrap();
-        let gap = a.alloc(8192, 5).unwrap();
-        let late = a.alloc(4096, 100).unwrap();
-        a.release(gap);
+        let early = a.alloc(4096, &unknown).unwrap();
+        let gap = a.alloc(8192, &unknown).unwrap();
+        let late = a.alloc(4096, &unknown).unwrap();
+        a.coalesce(gap);
         // Between a block released at tick 1 and one at tick 100: sit against the later one.
-        let b = a.alloc(4096, 50).unwrap();
+        let ticks = |addr: usize| {
+            if addr == early {
+                1
+            } else if addr == late {
+                100
+            } else {
+                NEVER
+            }
+        };
+        let b = a.alloc(4096, &ticks).unwrap();
         assert_eq!(b + 4096, late);
-        a.release(early);
+        a.coalesce(early);
         // The remainder grew into the early block's space.
         assert_eq!(a.free.get(&early).map(|f| f.size), Some(4096 + 4096));
         a.check_invariants();
@@ -364,19 +415,19 @@ mod tests {
     #[test]
     fn decommit_and_unmap_return_memory() {
         let mut a = Arena::new(1 << 20);
-        let x = a.alloc(300_000, NEVER).unwrap();
+        let x = a.alloc(300_000, &unknown).unwrap();
         let before = a.committed();
-        let (start, size) = a.release(x);
+        let (start, size) = a.coalesce(x);
         a.decommit(start, size);
         assert!(a.committed() < before);
         a.check_invariants();
         let allocs = a.os.allocs;
-        a.alloc(300_000, NEVER).unwrap();
+        a.alloc(300_000, &unknown).unwrap();
         assert!(a.os.allocs > allocs, "decommitted pages count as a new commitment");
         a.check_invariants();
         let mut b = Arena::new(1 << 20);
-        let y = b.alloc(10_000, NEVER).unwrap();
-        b.release(y);
+        let y = b.alloc(10_000, &unknown).unwrap();
+        b.coalesce(y);
         b.unmap_empty_regions();
         assert_eq!((b.mapped, b.committed()), (0, 0));
     }
@@ -384,11 +435,30 @@ mod tests {
     #[test]
     fn a_request_larger_than_a_region_gets_its_own() {
         let mut a = Arena::new(1 << 16);
-        let x = a.alloc(1 << 20, NEVER).unwrap();
-        let y = a.alloc(100, NEVER).unwrap();
+        let x = a.alloc(1 << 20, &unknown).unwrap();
+        let y = a.alloc(100, &unknown).unwrap();
         assert!(a.regions.iter().flatten().count() >= 1);
-        a.release(x);
-        a.release(y);
+        a.coalesce(x);
+        a.coalesce(y);
+        a.check_invariants();
+    }
+
+    #[test]
+    fn a_released_block_waits_for_the_next_request_of_its_size() {
+        let mut a = Arena::new(1 << 20);
+        let x = a.alloc(5000, &unknown).unwrap();
+        let _y = a.alloc(5000, &unknown).unwrap();
+        a.release(x, 5000);
+        let free_blocks = a.free.len();
+        assert_eq!(
+            a.alloc(4999, &unknown).unwrap(),
+            x,
+            "same grain-rounded size: taken straight back"
+        );
+        assert_eq!(a.free.len(), free_blocks);
+        a.release(x, 4999);
+        // Another size settles the recent list first: x coalesces, then best fit picks it.
+        assert_eq!(a.alloc(3000, &unknown).unwrap(), x);
         a.check_invariants();
     }
 }

@@ -82,20 +82,59 @@ pub struct Pool {
 }
 
 struct State {
-    arena: Arena,
+    /// Slab chunks live in an arena of their own, so that slabs kept for reuse never sit
+    /// between large blocks and change where those go.
+    small: Arena,
+    large: Arena,
     slabs: Slabs,
     live: HashMap<usize, Live, BuildHasherDefault<AddrHasher>>,
     stats: PoolStats,
 }
 
-/// A handed-out block: its requested size, and its slab (or `LARGE`).
+/// A handed-out block: its requested size, its slab (or `LARGE`), and when it will be released.
 #[derive(Clone, Copy)]
 struct Live {
     nbytes: usize,
     slab: u32,
+    release_tick: u64,
 }
 
 const LARGE: u32 = u32::MAX;
+
+impl State {
+    fn committed(&self) -> usize {
+        self.small.committed() + self.large.committed()
+    }
+
+    fn os_allocs(&self) -> u64 {
+        self.small.os.allocs + self.large.os.allocs
+    }
+
+    /// Coalesces cached blocks and returns kept empty slabs.
+    fn settle(&mut self) {
+        self.slabs.release_empty(&mut self.small);
+        self.small.settle();
+        self.large.settle();
+    }
+
+    /// Decommits free memory, largest blocks first, until at most `target` bytes stay committed.
+    fn shrink_to(&mut self, target: usize) {
+        let Some(mut excess) = self.committed().checked_sub(target).filter(|&e| e > 0) else {
+            return;
+        };
+        self.settle();
+        for arena in [&mut self.large, &mut self.small] {
+            for (start, size) in arena.free_blocks_largest_first() {
+                let before = arena.committed();
+                arena.decommit(start, size);
+                excess = excess.saturating_sub(before - arena.committed());
+                if excess == 0 {
+                    return;
+                }
+            }
+        }
+    }
+}
 
 impl Default for Pool {
     fn default() -> Self {
@@ -130,7 +169,8 @@ impl Pool {
         Ok(Pool {
             config,
             state: Mutex::new(State {
-                arena: Arena::new(config.region_bytes as usize),
+                small: Arena::new(config.region_bytes as usize),
+                large: Arena::new(config.region_bytes as usize),
                 slabs: Slabs::new(config.large_threshold_bytes as usize - 1),
                 live: HashMap::default(),
                 stats: PoolStats::default(),
@@ -166,18 +206,28 @@ impl Pool {
         }
         let mut guard = self.lock();
         let st = &mut *guard;
-        let commits = st.arena.os.allocs;
+        let commits = st.os_allocs();
         let (addr, slab) = if (nbytes as u64) < self.config.large_threshold_bytes {
-            st.slabs.alloc(&mut st.arena, nbytes)?
+            st.slabs.alloc(&mut st.small, nbytes)?
         } else {
-            (st.arena.alloc(nbytes, release_tick)?, LARGE)
+            // A block of the arena that is not live waits in a recent list: released already.
+            let live = &st.live;
+            let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
+            (st.large.alloc(nbytes, &tick_of)?, LARGE)
         };
         st.stats.acquires += 1;
-        st.stats.cache_hits += (st.arena.os.allocs == commits) as u64;
-        st.live.insert(addr, Live { nbytes, slab });
+        st.stats.cache_hits += (st.os_allocs() == commits) as u64;
+        st.live.insert(
+            addr,
+            Live {
+                nbytes,
+                slab,
+                release_tick,
+            },
+        );
         st.stats.live_bytes += nbytes as u64;
         st.stats.peak_live_bytes = st.stats.peak_live_bytes.max(st.stats.live_bytes);
-        let reserved = st.arena.committed() as u64;
+        let reserved = st.committed() as u64;
         st.stats.peak_reserved_bytes = st.stats.peak_reserved_bytes.max(reserved);
         drop(guard);
         let ptr = NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions");
@@ -203,42 +253,40 @@ impl Pool {
         st.stats.releases += 1;
         st.stats.live_bytes -= live.nbytes as u64;
         if live.slab == LARGE {
-            let (start, size) = st.arena.release(addr);
-            if self.over_cap(st) {
-                st.arena.decommit(start, size);
-            }
+            st.large.release(addr, live.nbytes);
         } else {
-            st.slabs.release(&mut st.arena, live.slab, addr);
+            st.slabs.release(&mut st.small, live.slab, addr);
         }
-        if self.over_cap(st) {
-            for (start, size) in st.arena.free_blocks_largest_first() {
-                st.arena.decommit(start, size);
-                if !self.over_cap(st) {
-                    break;
-                }
-            }
+        if self.config.max_pool_bytes != 0 {
+            st.shrink_to(self.config.max_pool_bytes as usize);
         }
         Ok(())
+    }
+
+    /// Coalesces every cached block and returns kept empty slabs to free space. Runs call it as
+    /// they start, so that repeated runs of a graph find the pool as the first run found it and
+    /// make the same choices (and so need no new memory).
+    pub fn settle(&self) {
+        self.lock().settle();
     }
 
     /// Gives every free byte back to the system and unmaps regions that hold no block.
     pub fn trim(&self) {
         let mut st = self.lock();
-        for (start, size) in st.arena.free_blocks_largest_first() {
-            st.arena.decommit(start, size);
-        }
-        st.arena.unmap_empty_regions();
+        st.shrink_to(0);
+        st.small.unmap_empty_regions();
+        st.large.unmap_empty_regions();
     }
 
     pub fn stats(&self) -> PoolStats {
         let st = self.lock();
-        let os = st.arena.os;
+        let (a, b) = (st.small.os, st.large.os);
         PoolStats {
-            reserved_bytes: st.arena.committed() as u64,
-            os_allocs: os.allocs,
-            os_alloc_bytes: os.alloc_bytes,
-            os_frees: os.frees,
-            os_free_bytes: os.free_bytes,
+            reserved_bytes: st.committed() as u64,
+            os_allocs: a.allocs + b.allocs,
+            os_alloc_bytes: a.alloc_bytes + b.alloc_bytes,
+            os_frees: a.frees + b.frees,
+            os_free_bytes: a.free_bytes + b.free_bytes,
             ..st.stats
         }
     }
@@ -247,11 +295,7 @@ impl Pool {
     pub fn reset_peaks(&self) {
         let mut st = self.lock();
         st.stats.peak_live_bytes = st.stats.live_bytes;
-        st.stats.peak_reserved_bytes = st.arena.committed() as u64;
-    }
-
-    fn over_cap(&self, st: &State) -> bool {
-        self.config.max_pool_bytes != 0 && st.arena.committed() as u64 > self.config.max_pool_bytes
+        st.stats.peak_reserved_bytes = st.committed() as u64;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -264,7 +308,7 @@ impl Pool {
 /// Hashes block addresses: multiply, then fold the high bits down, since addresses share their
 /// low bits (alignment) and the table indexes by low bits.
 #[derive(Default)]
-struct AddrHasher(u64);
+pub(crate) struct AddrHasher(u64);
 
 impl Hasher for AddrHasher {
     fn write(&mut self, bytes: &[u8]) {

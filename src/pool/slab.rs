@@ -1,8 +1,9 @@
 //! Small requests: size classes carved from arena chunks ("slabs"), one class per slab.
 //!
 //! Classes are multiples of 16 bytes up to 256, then eight per power of two, so a block wastes
-//! less than 16 bytes or 12.5% of its size. A slab holds at least 16 blocks; a slab that empties
-//! goes straight back to the arena, where its memory serves any size.
+//! less than 16 bytes or 12.5% of its size. A slab holds at least 16 blocks. Each class keeps at
+//! most one empty slab, so a class used on and off does not build and tear down slabs; the others
+//! go back to the arena at once, and the kept ones when the pool settles or trims.
 
 use super::arena::{Arena, NEVER};
 use crate::error::Result;
@@ -21,6 +22,7 @@ pub(super) fn class_size(nbytes: usize) -> usize {
 
 struct Slab {
     base: usize,
+    bytes: usize,
     block: usize,
     capacity: u32,
     /// Blocks never handed out start at `fresh`; released ones wait in `free`.
@@ -38,6 +40,8 @@ pub(super) struct Slabs {
     partial: Vec<Vec<u32>>,
     slabs: Vec<Option<Slab>>,
     spare_ids: Vec<u32>,
+    /// Per class: the one empty slab kept (still listed in `partial`).
+    empty: Vec<Option<u32>>,
 }
 
 impl Slabs {
@@ -54,6 +58,7 @@ impl Slabs {
         }
         Slabs {
             partial: vec![Vec::new(); sizes.len()],
+            empty: vec![None; sizes.len()],
             class_of,
             sizes,
             slabs: Vec::new(),
@@ -68,6 +73,9 @@ impl Slabs {
             Some(&id) => id,
             None => self.new_slab(arena, class)?,
         };
+        if self.empty[class] == Some(id) {
+            self.empty[class] = None;
+        }
         let slab = self.slabs[id as usize].as_mut().expect("partial slabs are live");
         let index = match slab.free.pop() {
             Some(i) => i,
@@ -91,26 +99,45 @@ impl Slabs {
         let was_full = slab.used == slab.capacity;
         slab.free.push(((addr - slab.base) / slab.block) as u32);
         slab.used -= 1;
-        let class = slab.class as usize;
-        if slab.used == 0 {
-            let base = slab.base;
-            self.slabs[id as usize] = None;
-            self.spare_ids.push(id);
-            if let Some(pos) = self.partial[class].iter().position(|&s| s == id) {
-                self.partial[class].swap_remove(pos);
-            }
-            arena.release(base);
-        } else if was_full {
+        let (class, now_empty) = (slab.class as usize, slab.used == 0);
+        if was_full {
             self.partial[class].push(id);
         }
+        if now_empty {
+            match self.empty[class] {
+                None => self.empty[class] = Some(id),
+                Some(_) => self.free_slab(arena, id),
+            }
+        }
+    }
+
+    /// Returns the kept empty slabs to the arena.
+    pub fn release_empty(&mut self, arena: &mut Arena) {
+        for class in 0..self.empty.len() {
+            if let Some(id) = self.empty[class].take() {
+                self.free_slab(arena, id);
+            }
+        }
+    }
+
+    fn free_slab(&mut self, arena: &mut Arena, id: u32) {
+        let slab = self.slabs[id as usize].take().expect("a live slab");
+        self.spare_ids.push(id);
+        let partial = &mut self.partial[slab.class as usize];
+        if let Some(pos) = partial.iter().position(|&s| s == id) {
+            partial.swap_remove(pos);
+        }
+        arena.release(slab.base, slab.bytes);
     }
 
     fn new_slab(&mut self, arena: &mut Arena, class: usize) -> Result<u32> {
         let block = self.sizes[class];
         let bytes = (block * 16).max(MIN_SLAB_BYTES);
-        let base = arena.alloc(bytes, NEVER)?;
+        // Slabs live as long as their blocks do: unknown, so as long-lived.
+        let base = arena.alloc(bytes, &|_| NEVER)?;
         let slab = Slab {
             base,
+            bytes,
             block,
             capacity: (bytes / block) as u32,
             fresh: 0,
@@ -171,9 +198,13 @@ mod tests {
         for (addr, id) in blocks {
             slabs.release(&mut arena, id, addr);
         }
+        let kept = slabs.slabs.iter().flatten().count();
         assert!(
-            slabs.slabs.iter().all(Option::is_none),
-            "every slab emptied and went back"
+            kept > 0 && kept <= slabs.sizes.len(),
+            "at most one empty slab per class is kept"
         );
+        slabs.release_empty(&mut arena);
+        arena.settle();
+        assert!(slabs.slabs.iter().all(Option::is_none), "every slab went back");
     }
 }
