@@ -362,7 +362,8 @@ gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uin
 // handle or id.
 const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
 
-// Makes a pool; `config` may be NULL for defaults.
+// Makes a pool; `config` may be NULL for defaults, and zero fields take their defaults. A
+// `large_threshold_bytes` over 65536 is `GS_ERR_INVALID_ARGUMENT`.
 //
 // # Safety
 // `config` is NULL or readable; `out` is writable.
@@ -372,8 +373,8 @@ gs_status gs_pool_new(const struct gs_pool_config *config, struct gs_pool **out)
 // stay valid until those are freed; buffers from `gs_pool_acquire` still held become invalid.
 void gs_pool_free(struct gs_pool *pool);
 
-// A 16-byte-aligned block of at least `nbytes`, not cleared. Give it back with
-// `gs_pool_release`.
+// A block of at least `nbytes`, not cleared: 16-byte aligned, and 64-byte aligned when
+// `nbytes` is at least the pool's `large_threshold_bytes`. Give it back with `gs_pool_release`.
 gs_status gs_pool_acquire(struct gs_pool *pool, size_t nbytes, void **out);
 
 // Like `gs_pool_acquire`, with the first `nbytes` cleared to zero.

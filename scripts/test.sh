@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_packages cmake:cmake pkg-config:pkg-config
 
-echo "== cargo test (includes the generated-header check)"
-cargo test --locked
+echo "== cargo test (the core, the workloads, and the generated-header check)"
+cargo test --locked --workspace
 
 echo "== cmake build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
 
 use graphsched::ffi::*;
-use graphsched::{GraphInfo, InputBinding, PoolStats, RunStats, Tensor, ValueRef};
+use graphsched::{GraphInfo, InputBinding, PoolConfig, PoolStats, RunStats, Tensor, ValueRef};
 
 fn last_error() -> String {
     // SAFETY: the last error is a valid C string owned by this thread.
@@ -468,6 +468,18 @@ fn every_status_is_produced_by_some_misuse() {
         drop(Box::from_raw(buf));
 
         // Pool misuse.
+        let mut other = null_mut();
+        let bad = PoolConfig {
+            large_threshold_bytes: 1 << 30,
+            ..Default::default()
+        };
+        expect(
+            &mut seen,
+            gs_pool_new(&bad, &mut other),
+            GS_ERR_INVALID_ARGUMENT,
+            "large_threshold_bytes",
+        );
+        assert!(other.is_null(), "a failed gs_pool_new leaves *out alone");
         let mut p: *mut c_void = null_mut();
         expect(
             &mut seen,

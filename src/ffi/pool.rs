@@ -19,7 +19,8 @@ impl Handle for gs_pool {
     const NAME: &'static str = "gs_pool";
 }
 
-/// Makes a pool; `config` may be NULL for defaults.
+/// Makes a pool; `config` may be NULL for defaults, and zero fields take their defaults. A
+/// `large_threshold_bytes` over 65536 is `GS_ERR_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `config` is NULL or readable; `out` is writable.
@@ -59,8 +60,8 @@ fn acquire(pool: *mut gs_pool, nbytes: usize, zero: bool, out: *mut *mut c_void)
     })
 }
 
-/// A 16-byte-aligned block of at least `nbytes`, not cleared. Give it back with
-/// `gs_pool_release`.
+/// A block of at least `nbytes`, not cleared: 16-byte aligned, and 64-byte aligned when
+/// `nbytes` is at least the pool's `large_threshold_bytes`. Give it back with `gs_pool_release`.
 #[no_mangle]
 pub extern "C" fn gs_pool_acquire(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
     acquire(pool, nbytes, false, out)
