@@ -36,6 +36,9 @@ pub enum ErrorKind {
     NotAnOutput,
     /// A pointer was released that the pool did not hand out, or was already released.
     UnknownPointer,
+    /// A run's memory limit cannot be met: a node's outputs do not fit even with nothing else
+    /// running. The message names the node and the bytes.
+    MemoryLimit,
 }
 
 /// An error with a sentence naming the node, value or argument at fault.

@@ -33,6 +33,7 @@ pub mod exec;
 pub mod ffi;
 pub mod graph;
 pub mod pool;
+pub mod sched;
 pub mod tensor;
 
 pub use error::{Error, ErrorKind, Result};

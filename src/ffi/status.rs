@@ -47,6 +47,8 @@ pub enum gs_status {
     GS_ERR_UNKNOWN_POINTER = 16,
     /// graphsched panicked internally; the call had no effect that can be relied on.
     GS_ERR_PANIC = 17,
+    /// A run's memory limit cannot be met: the message names the node and the bytes.
+    GS_ERR_MEMORY_LIMIT = 18,
 }
 
 use gs_status::*;
@@ -69,12 +71,13 @@ impl From<ErrorKind> for gs_status {
             ErrorKind::InputBinding => GS_ERR_INPUT_BINDING,
             ErrorKind::NotAnOutput => GS_ERR_NOT_AN_OUTPUT,
             ErrorKind::UnknownPointer => GS_ERR_UNKNOWN_POINTER,
+            ErrorKind::MemoryLimit => GS_ERR_MEMORY_LIMIT,
         }
     }
 }
 
 /// Every status, for tests and for `gs_status_name`.
-pub(crate) const ALL_STATUSES: [gs_status; 18] = [
+pub(crate) const ALL_STATUSES: [gs_status; 19] = [
     GS_OK,
     GS_ERR_NULL_ARGUMENT,
     GS_ERR_INVALID_HANDLE,
@@ -93,6 +96,7 @@ pub(crate) const ALL_STATUSES: [gs_status; 18] = [
     GS_ERR_NOT_AN_OUTPUT,
     GS_ERR_UNKNOWN_POINTER,
     GS_ERR_PANIC,
+    GS_ERR_MEMORY_LIMIT,
 ];
 
 /// A failure on its way to C: the status plus the sentence for the last error.
@@ -186,6 +190,7 @@ pub extern "C" fn gs_status_name(status: i32) -> *const c_char {
         Some(GS_ERR_NOT_AN_OUTPUT) => cstr!("GS_ERR_NOT_AN_OUTPUT"),
         Some(GS_ERR_UNKNOWN_POINTER) => cstr!("GS_ERR_UNKNOWN_POINTER"),
         Some(GS_ERR_PANIC) => cstr!("GS_ERR_PANIC"),
+        Some(GS_ERR_MEMORY_LIMIT) => cstr!("GS_ERR_MEMORY_LIMIT"),
         None => cstr!("GS_UNKNOWN_STATUS"),
     }
 }

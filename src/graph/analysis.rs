@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::builder::GraphBuilder;
 use super::{Kernel, OutputSize, ValueRef, DEFAULT_ESTIMATE_NS};
@@ -63,6 +65,11 @@ pub struct Graph {
     top_level: Vec<u64>,
     critical_path: Vec<u32>,
     info: GraphInfo,
+    /// Learned duration per op type: an exponential moving average of real runs, 0 until the
+    /// first. Updated by every run; a lost update between racing runs only delays learning.
+    learned_ns: Vec<AtomicU64>,
+    /// Scheduling priorities, computed on first use and again when estimates move.
+    priorities: Mutex<Option<Arc<crate::sched::Priorities>>>,
 }
 
 pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
@@ -267,6 +274,8 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         top_level,
         critical_path,
         info,
+        learned_ns: (0..b.op_types.len()).map(|_| AtomicU64::new(0)).collect(),
+        priorities: Mutex::new(None),
     })
 }
 
@@ -401,8 +410,57 @@ impl Graph {
         self.zero_output[node as usize]
     }
 
+    /// The estimate the caller gave, if any.
     pub fn estimate_ns(&self, node: u32) -> Option<u64> {
         self.estimate_ns[node as usize]
+    }
+
+    /// The duration the scheduler assumes for a node: the caller's estimate, else what runs have
+    /// learned for its op type, else [`DEFAULT_ESTIMATE_NS`]; 0 for graph inputs.
+    pub fn expected_ns(&self, node: u32) -> u64 {
+        if self.is_graph_input(node) {
+            return 0;
+        }
+        self.estimate_ns[node as usize].unwrap_or_else(|| match self.learned_op_ns(self.op_of[node as usize]) {
+            0 => DEFAULT_ESTIMATE_NS,
+            learned => learned,
+        })
+    }
+
+    /// Number of distinct op types.
+    pub fn op_type_count(&self) -> usize {
+        self.op_types.len()
+    }
+
+    /// Index of a node's op type (`u32::MAX` for graph inputs).
+    pub fn op_index(&self, node: u32) -> u32 {
+        self.op_of[node as usize]
+    }
+
+    /// What runs have learned an op type takes (0: nothing yet).
+    pub fn learned_op_ns(&self, op: u32) -> u64 {
+        self.learned_ns.get(op as usize).map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    /// Folds one measured duration of `node` into its op type's moving average (weight 1/8).
+    pub fn learn(&self, node: u32, ns: u64) {
+        let Some(slot) = self.learned_ns.get(self.op_of[node as usize] as usize) else { return };
+        let old = slot.load(Ordering::Relaxed);
+        let new = if old == 0 { ns.max(1) } else { (old - old / 8 + ns / 8).max(1) };
+        slot.store(new, Ordering::Relaxed);
+    }
+
+    /// The scheduling priorities for the current estimates, recomputed when they have moved.
+    pub fn priorities(&self) -> Arc<crate::sched::Priorities> {
+        let mut cached = self.priorities.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some(p) if !p.is_stale(self) => p.clone(),
+            _ => {
+                let p = Arc::new(crate::sched::Priorities::compute(self));
+                *cached = Some(p.clone());
+                p
+            }
+        }
     }
 
     /// Value indices a node reads, one per input slot.

@@ -1,0 +1,148 @@
+//! Scheduling policy: which ready node should run first. The executor (`exec`) and the simulator
+//! (`sim`) both read it; neither decides priorities on its own.
+//!
+//! Priority is *slack*: how long a node may wait without stretching the critical path (0 on the
+//! critical path), computed from the estimated durations; ties go to the shorter node, then to
+//! the earlier one in topological order. The executor works with priority *bands*: band 0 holds
+//! the critical path, band k > 0 nodes whose slack is at most 2^(k - BANDS + 1) of the critical
+//! path, so the bands resolve small slacks finely and large ones coarsely.
+
+use crate::graph::Graph;
+
+/// Number of priority bands the executor queues by.
+pub const BANDS: usize = 16;
+
+/// How ready nodes are ordered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// Critical path first (least slack), then shortest estimate.
+    #[default]
+    CriticalPath,
+    /// Readiness order, no priorities: the baseline.
+    Fifo,
+}
+
+/// Priorities of every node of a graph under one set of estimates.
+pub struct Priorities {
+    /// Estimated duration of each node (0 for graph inputs).
+    pub weight: Vec<u64>,
+    pub bottom_level: Vec<u64>,
+    pub top_level: Vec<u64>,
+    pub slack: Vec<u64>,
+    pub critical_path_ns: u64,
+    pub total_work_ns: u64,
+    /// Position of each node in priority order: lower runs first.
+    pub rank: Vec<u32>,
+    pub band: Vec<u8>,
+    /// Per node: operator inputs not yet produced at the start of a run (graph inputs are
+    /// bound before it starts).
+    pub initial_pending: Vec<u32>,
+    /// Operator nodes ready at the start, most critical first.
+    pub roots: Vec<u32>,
+    /// Consumers of each node, one per input slot as in [`Graph::successors`], most critical first.
+    succ_start: Vec<u32>,
+    succ: Vec<u32>,
+    /// The learned op-type estimates these priorities were computed from.
+    basis: Vec<u64>,
+}
+
+impl Priorities {
+    pub fn compute(g: &Graph) -> Priorities {
+        let n = g.node_count();
+        let weight: Vec<u64> = (0..n as u32).map(|v| g.expected_ns(v)).collect();
+        let topo = g.topological_order();
+        let mut bottom_level = vec![0u64; n];
+        for &v in topo.iter().rev() {
+            let best = g.successors(v).iter().map(|&s| bottom_level[s as usize]).max().unwrap_or(0);
+            bottom_level[v as usize] = weight[v as usize].saturating_add(best);
+        }
+        let mut top_level = vec![0u64; n];
+        for &v in topo {
+            for &s in g.successors(v) {
+                let t = top_level[v as usize].saturating_add(weight[v as usize]);
+                top_level[s as usize] = top_level[s as usize].max(t);
+            }
+        }
+        let critical_path_ns = bottom_level.iter().copied().max().unwrap_or(0);
+        let slack: Vec<u64> = (0..n).map(|v| critical_path_ns.saturating_sub(top_level[v] + bottom_level[v])).collect();
+        let mut position = vec![0u32; n];
+        for (i, &v) in topo.iter().enumerate() {
+            position[v as usize] = i as u32;
+        }
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_unstable_by_key(|&v| (slack[v as usize], weight[v as usize], position[v as usize]));
+        let mut rank = vec![0u32; n];
+        for (r, &v) in order.iter().enumerate() {
+            rank[v as usize] = r as u32;
+        }
+        let band = slack.iter().map(|&s| band_of(s, critical_path_ns)).collect();
+
+        let mut succ_start = Vec::with_capacity(n + 1);
+        let mut succ = Vec::new();
+        succ_start.push(0);
+        for v in 0..n as u32 {
+            let from = succ.len();
+            succ.extend_from_slice(g.successors(v));
+            succ[from..].sort_unstable_by_key(|&s| rank[s as usize]);
+            succ_start.push(succ.len() as u32);
+        }
+        let initial_pending: Vec<u32> = (0..n as u32)
+            .map(|v| g.node_inputs(v).iter().filter(|&&val| !g.is_graph_input(g.value_producer(val))).count() as u32)
+            .collect();
+        let mut roots: Vec<u32> = (0..n as u32).filter(|&v| !g.is_graph_input(v) && initial_pending[v as usize] == 0).collect();
+        roots.sort_unstable_by_key(|&v| rank[v as usize]);
+        Priorities {
+            total_work_ns: weight.iter().copied().fold(0, u64::saturating_add),
+            weight,
+            bottom_level,
+            top_level,
+            slack,
+            critical_path_ns,
+            rank,
+            band,
+            initial_pending,
+            roots,
+            succ_start,
+            succ,
+            basis: (0..g.op_type_count() as u32).map(|op| g.learned_op_ns(op)).collect(),
+        }
+    }
+
+    /// Consumers of `node`, one per input slot, most critical first.
+    pub fn successors(&self, node: u32) -> &[u32] {
+        &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
+    }
+
+    /// Whether learned estimates have moved by more than a fifth since these were computed.
+    pub fn is_stale(&self, g: &Graph) -> bool {
+        self.basis.iter().enumerate().any(|(op, &old)| {
+            let new = g.learned_op_ns(op as u32);
+            new.abs_diff(old) * 5 > old.max(1)
+        })
+    }
+}
+
+/// Band 0 for no slack; otherwise one band per halving of slack relative to the critical path.
+fn band_of(slack: u64, critical_path_ns: u64) -> u8 {
+    if slack == 0 || critical_path_ns == 0 {
+        return 0;
+    }
+    // slack / cp in (2^-(k+1), 2^-k]  ->  band BANDS - 1 - k, at least 1.
+    let ratio = critical_path_ns / slack.max(1); // >= 1
+    let halvings = (u64::BITS - 1 - ratio.leading_zeros()) as usize;
+    (BANDS - 1).saturating_sub(halvings).max(1) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_are_finer_near_the_critical_path() {
+        assert_eq!(band_of(0, 1000), 0);
+        assert_eq!(band_of(1000, 1000), BANDS as u8 - 1);
+        assert_eq!(band_of(500, 1000), BANDS as u8 - 2);
+        assert_eq!(band_of(1, 1 << 40), 1);
+        assert!(band_of(10, 1000) < band_of(100, 1000));
+    }
+}
