@@ -65,6 +65,18 @@
 
 #define GS_DTYPE_BOOL 10
 
+// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
+#define GS_POLICY_CRITICAL_PATH 0
+
+// `gs_run_options.policy`: readiness order, no priorities (the baseline).
+#define GS_POLICY_FIFO 1
+
+// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
+#define GS_RUN_FREEZE_ESTIMATES 1
+
+// Number of priority bands the executor queues by.
+#define BANDS 16
+
 // What a call did. 0 is success; every other value names one kind of failure, and
 // `gs_last_error_message()` says which node, value or argument it was about.
 enum gs_status
@@ -107,6 +119,8 @@ enum gs_status
   GS_ERR_UNKNOWN_POINTER = 16,
   // graphsched panicked internally; the call had no effect that can be relied on.
   GS_ERR_PANIC = 17,
+  // A run's memory limit cannot be met: the message names the node and the bytes.
+  GS_ERR_MEMORY_LIMIT = 18,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -115,6 +129,10 @@ typedef enum gs_status gs_status;
 typedef int32_t gs_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+// Worker threads that runs use through `gs_run_options.executor`; one executor serves many
+// concurrent runs.
+typedef struct gs_executor gs_executor;
 
 // A graph: mutable until `gs_graph_finalize`, immutable and shareable between threads after.
 typedef struct gs_graph gs_graph;
@@ -141,6 +159,13 @@ typedef struct gs_tensor {
   int64_t dims[8];
   int64_t strides[8];
 } gs_tensor;
+
+// Executor settings; zero fields take their defaults.
+typedef struct gs_executor_config {
+  // Threads in all, counting the thread that calls `gs_run` (which works too): `threads - 1`
+  // workers are started. 0: one per core.
+  uint32_t threads;
+} gs_executor_config;
 
 // One output of one node. (C: `gs_value`).
 typedef struct gs_value {
@@ -242,6 +267,18 @@ typedef struct gs_run_options {
   // One binding per graph input.
   const struct gs_input_binding *inputs;
   size_t num_inputs;
+  // Run on this executor's threads, by priority. NULL: on the calling thread alone, in
+  // topological order (policy and window do not apply).
+  struct gs_executor *executor;
+  // Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
+  // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
+  uint64_t memory_limit_bytes;
+  // Most nodes of the run executing at once; 0: as many as the executor has threads.
+  uint32_t window;
+  // `GS_POLICY_*`.
+  uint32_t policy;
+  // `GS_RUN_*` bits.
+  uint32_t flags;
 } gs_run_options;
 
 // Figures of one run. (C: `gs_run_stats`).
@@ -295,6 +332,18 @@ void gs_ctx_set_error(struct gs_kernel_ctx *c, const char *message);
 
 // Name of the running node, valid while the graph lives; NULL for a bad context.
 const char *gs_ctx_node_name(const struct gs_kernel_ctx *c);
+
+// Starts an executor; `config` may be NULL for defaults.
+//
+// # Safety
+// `config` is NULL or readable; `out` is writable.
+gs_status gs_executor_new(const struct gs_executor_config *config, struct gs_executor **out);
+
+// Stops the workers and frees the executor. NULL does nothing. No run may be using it.
+void gs_executor_free(struct gs_executor *executor);
+
+// Threads the executor runs on, the caller's included; 0 (last error set) for a bad handle.
+uint32_t gs_executor_threads(const struct gs_executor *executor);
 
 // Makes an empty graph.
 gs_status gs_graph_new(struct gs_graph **out);

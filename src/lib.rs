@@ -34,10 +34,13 @@ pub mod ffi;
 pub mod graph;
 pub mod pool;
 pub mod sched;
+pub mod sim;
 pub mod tensor;
 
 pub use error::{Error, ErrorKind, Result};
-pub use exec::{run, InputBinding, KernelCtx, RunOptions, RunResult, RunStats};
+pub use exec::{run, Executor, InputBinding, KernelCtx, RunOptions, RunResult, RunStats};
 pub use graph::{Graph, GraphBuilder, GraphInfo, Kernel, NodeDesc, OutputSize, ValueRef};
 pub use pool::{Pool, PoolConfig, PoolStats};
+pub use sched::Policy;
+pub use sim::{simulate, SimOptions, SimResult};
 pub use tensor::Tensor;

@@ -173,6 +173,7 @@ fn a_graph_runs_end_to_end_through_the_c_abi() {
         let opts = gs_run_options {
             inputs: bind.as_ptr(),
             num_inputs: 1,
+            ..Default::default()
         };
         let mut r = null_mut();
         assert_eq!(gs_run(g, pool, &opts, &mut r), gs_status::GS_OK, "{}", last_error());
@@ -440,6 +441,7 @@ fn every_status_is_produced_by_some_misuse() {
         let opts = gs_run_options {
             inputs: bind.as_ptr(),
             num_inputs: 1,
+            ..Default::default()
         };
         expect(
             &mut seen,
@@ -458,6 +460,7 @@ fn every_status_is_produced_by_some_misuse() {
         let bad_opts = gs_run_options {
             inputs: null(),
             num_inputs: 1,
+            ..Default::default()
         };
         expect(
             &mut seen,

@@ -1,12 +1,16 @@
-//! Running a finalized graph: the kernel context and the run itself.
+//! Running a finalized graph: the kernel context, the run state shared by the threads of a run,
+//! the executor's workers, and the two drivers.
 //!
-//! This first executor runs nodes one at a time, in topological order, on the calling thread.
 //! Every value is acquired from the pool just before its producer runs (or by the kernel, if its
 //! size is dynamic) and released the moment its last consumer has finished; graph outputs stay in
-//! the [`RunResult`] until it is dropped.
+//! the [`RunResult`] until it is dropped. Without an executor a run goes in topological order on
+//! the calling thread; with one, by priority on all its threads (see [`Executor`]).
 
 mod ctx;
+mod executor;
 mod run;
+mod state;
 
 pub use ctx::KernelCtx;
+pub use executor::Executor;
 pub use run::{run, InputBinding, RunOptions, RunResult, RunStats};

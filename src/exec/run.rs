@@ -1,16 +1,16 @@
-//! One run of a finalized graph on the calling thread, in topological order.
+//! Running a graph: options, the two drivers (the calling thread alone in topological order,
+//! or an executor), and the result.
 
-use std::any::Any;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ctx::{Buffer, KernelCtx};
-use crate::error::{err, Error, ErrorKind, Result};
-use crate::graph::{Graph, OutputSize, ValueRef};
+use super::executor::Executor;
+use super::state::{release, RunState, Scratch, Slot, StateOptions};
+use crate::error::{err, ErrorKind, Result};
+use crate::graph::{Graph, ValueRef};
 use crate::pool::Pool;
-use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
+use crate::sched::Policy;
+use crate::tensor::Tensor;
 
 /// Caller memory for one graph input. (C: `gs_input_binding`).
 /// `tensor.nbytes` must equal the input's declared size and `tensor.data` be 16-byte aligned;
@@ -23,10 +23,22 @@ pub struct InputBinding {
 }
 
 /// How to run a graph.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct RunOptions<'a> {
     /// One binding per graph input.
     pub inputs: &'a [InputBinding],
+    /// Run on these threads, by priority; `None`: on the calling thread alone, in topological
+    /// order (policy and window do not apply).
+    pub executor: Option<&'a Executor>,
+    pub policy: Policy,
+    /// Most nodes of this run executing at once; 0: as many as the executor has threads.
+    pub window: usize,
+    /// Most bytes this run's values may hold at once; 0: no limit. Nodes whose outputs do not
+    /// fit wait for releases; a run that cannot go on fails with `ErrorKind::MemoryLimit`.
+    /// Outputs of dynamic size are counted once allocated, not admitted in advance.
+    pub memory_limit_bytes: u64,
+    /// Keep the graph's learned estimates as they are (do not time the kernels).
+    pub freeze_estimates: bool,
 }
 
 /// Figures of one run. (C: `gs_run_stats`).
@@ -60,14 +72,9 @@ unsafe impl Sync for RunResult {}
 impl RunResult {
     /// The descriptor of graph output `value`.
     pub fn output(&self, value: ValueRef) -> Result<&Tensor> {
-        let Some(index) = (value.node < self.graph.node_count() as u32)
-            .then(|| self.graph.value_index(value))
-            .flatten()
+        let Some(index) = (value.node < self.graph.node_count() as u32).then(|| self.graph.value_index(value)).flatten()
         else {
-            return err(
-                ErrorKind::UnknownValue,
-                format!("value ({}, {}) does not exist in this graph", value.node, value.output),
-            );
+            return err(ErrorKind::UnknownValue, format!("value ({}, {}) does not exist in this graph", value.node, value.output));
         };
         match self.outputs.iter().find(|(v, _)| *v == index) {
             Some((_, slot)) => Ok(&slot.tensor),
@@ -102,27 +109,47 @@ impl Drop for RunResult {
     }
 }
 
-/// Runs `graph` once on the calling thread. On failure every buffer the run took is back in
-/// the pool before this returns, and the graph can run again.
+/// Runs `graph` once. On failure every buffer the run took is back in the pool before this
+/// returns, exactly one error is reported (the first), and the graph can run again.
 pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Result<RunResult> {
     let start = Instant::now();
     let os_allocs_before = pool.stats().os_allocs;
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
-    let mut run = Run::new(graph, pool);
-    run.bind(options.inputs)?;
-    // On failure, dropping `run` returns every buffer it still holds.
-    run.execute()?;
-    let outputs = graph
-        .graph_outputs()
-        .iter()
-        .map(|&v| (v, std::mem::take(&mut run.slots[v as usize])))
-        .collect();
+    let prio = graph.priorities();
+    let threads = options.executor.map_or(1, Executor::threads);
+    let mut state = RunState::new(
+        graph,
+        pool,
+        &prio,
+        StateOptions {
+            memory_limit: options.memory_limit_bytes,
+            window: (options.window != 0 && options.window < threads).then_some(options.window as u32),
+            learn: !options.freeze_estimates,
+            fifo: options.policy == Policy::Fifo,
+            admit_on_ready: options.executor.is_some(),
+        },
+    );
+    state.bind(options.inputs)?;
+    match options.executor {
+        Some(executor) => {
+            let roots: Vec<u32> = prio.roots.iter().copied().filter(|&r| state.admit(r)).collect();
+            executor.drive(&state, &roots);
+        }
+        None => in_topological_order(&state),
+    }
+    // Dropping `state` on failure returns every buffer it holds.
+    if let Some(e) = state.take_error() {
+        return Err(e);
+    }
+    let outputs = graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))).collect();
+    let (nodes_run, peak_live_bytes, acquires) = state.stats();
+    drop(state);
     let stats = RunStats {
         wall_ns: start.elapsed().as_nanos() as u64,
-        nodes_run: run.nodes_run,
-        peak_live_bytes: run.peak_live,
-        acquires: run.acquires,
+        nodes_run,
+        peak_live_bytes,
+        acquires,
         os_allocs: pool.stats().os_allocs - os_allocs_before,
     };
     Ok(RunResult {
@@ -133,295 +160,22 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     })
 }
 
-/// One value during a run.
-#[derive(Clone, Copy)]
-struct Slot {
-    tensor: Tensor,
-    /// The pool block behind the value; `NONE` for caller memory and for values not made yet.
-    buffer: Buffer,
-    /// Consumers still to finish, plus one while the value is a graph output.
-    remaining: u32,
-}
-
-impl Default for Slot {
-    fn default() -> Self {
-        Slot {
-            tensor: Tensor::empty(),
-            buffer: Buffer::NONE,
-            remaining: 0,
-        }
-    }
-}
-
-struct Run<'g> {
-    graph: &'g Graph,
-    pool: &'g Pool,
-    slots: Vec<Slot>,
-    live: u64,
-    peak_live: u64,
-    acquires: u64,
-    nodes_run: u64,
-}
-
-impl<'g> Run<'g> {
-    fn new(graph: &'g Graph, pool: &'g Pool) -> Self {
-        Run {
-            graph,
-            pool,
-            slots: vec![Slot::default(); graph.value_count()],
-            live: 0,
-            peak_live: 0,
-            acquires: 0,
-            nodes_run: 0,
-        }
-    }
-
-    fn refcount(&self, value: u32) -> u32 {
-        self.graph.consumers(value) + self.graph.is_graph_output(value) as u32
-    }
-
-    fn bind(&mut self, bindings: &[InputBinding]) -> Result<()> {
-        let g = self.graph;
-        let mut bound = vec![usize::MAX; g.value_count()];
-        for (i, b) in bindings.iter().enumerate() {
-            let node = b.value.node;
-            if node as usize >= g.node_count() || !g.is_graph_input(node) || b.value.output != 0 {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "input binding {i} names value ({}, {}), which is not a graph input",
-                        node, b.value.output
-                    ),
-                );
-            }
-            let name = g.node_name(node);
-            let v = g.node_values(node).start;
-            if bound[v as usize] != usize::MAX {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "graph input '{name}' is bound twice (bindings {} and {i})",
-                        bound[v as usize]
-                    ),
-                );
-            }
-            bound[v as usize] = i;
-            let declared = g.value_size(v).bytes().expect("graph inputs have a static size");
-            if b.tensor.nbytes != declared {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "graph input '{name}' is declared as {declared} bytes but bound to {} bytes",
-                        b.tensor.nbytes
-                    ),
-                );
-            }
-            if b.tensor.data.is_null() {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!("graph input '{name}' is bound to a NULL pointer"),
-                );
-            }
-            if b.tensor.data as usize % ALIGNMENT != 0 {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "graph input '{name}' is bound to {:p}, which is not {ALIGNMENT}-byte aligned",
-                        b.tensor.data
-                    ),
-                );
-            }
-            self.slots[v as usize] = Slot {
-                tensor: b.tensor,
-                buffer: Buffer::NONE,
-                remaining: self.refcount(v),
-            };
-        }
-        if let Some(&node) = g
-            .graph_inputs()
-            .iter()
-            .find(|&&n| bound[g.node_values(n).start as usize] == usize::MAX)
-        {
-            return err(
-                ErrorKind::InputBinding,
-                format!("graph input '{}' (node {node}) is not bound", g.node_name(node)),
-            );
-        }
-        Ok(())
-    }
-
-    fn execute(&mut self) -> Result<()> {
-        // Scratch space reused by every node.
-        let mut inputs = Vec::new();
-        let mut outputs = Vec::new();
-        let mut buffers = Vec::new();
-        for &node in self.graph.topological_order() {
-            if !self.graph.is_graph_input(node) {
-                self.run_node(node, &mut inputs, &mut outputs, &mut buffers)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn run_node(
-        &mut self,
-        node: u32,
-        inputs: &mut Vec<Tensor>,
-        outputs: &mut Vec<Tensor>,
-        buffers: &mut Vec<Buffer>,
-    ) -> Result<()> {
-        let g = self.graph;
-        let values = g.node_values(node);
-        outputs.clear();
-        buffers.clear();
-        for v in values.clone() {
-            let mut buffer = Buffer::NONE;
-            if let OutputSize::Bytes(n) = g.value_size(v) {
-                let until = g.release_tick(v).map_or(crate::pool::NEVER, u64::from);
-                match self.pool.acquire_until(n, g.zero_output(node), until) {
-                    Ok(p) => {
-                        buffer = Buffer {
-                            ptr: p.as_ptr().cast(),
-                            capacity: n,
-                        }
-                    }
-                    Err(e) => {
-                        buffers.iter().for_each(|&b| release(self.pool, b));
-                        let k = v - values.start;
-                        return err(
-                            e.kind(),
-                            format!(
-                                "output {k} of node '{}' ({n} bytes): {}",
-                                g.node_name(node),
-                                e.message()
-                            ),
-                        );
-                    }
-                }
-            }
-            buffers.push(buffer);
-            outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-        }
-        inputs.clear();
-        inputs.extend(g.node_inputs(node).iter().map(|&v| self.slots[v as usize].tensor));
-
-        let kernel = g.kernel(node).expect("operator nodes have kernels");
-        let mut ctx = KernelCtx {
-            graph: g,
-            node,
-            pool: self.pool,
-            inputs,
-            outputs,
-            buffers,
-            error: None,
-        };
-        let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
-        let detail = ctx.error.take();
-        let failure = match outcome {
-            Ok(Ok(())) => check_outputs(g, node, outputs, buffers).err(),
-            Ok(Err(msg)) => {
-                let msg = match detail {
-                    Some(d) => format!("{d} ({msg})"),
-                    None => msg,
-                };
-                Some(Error::new(
-                    ErrorKind::KernelFailed,
-                    format!("node {} failed: {msg}", g.node_label(node)),
-                ))
-            }
-            Err(panic) => Some(Error::new(
-                ErrorKind::KernelPanicked,
-                format!("kernel of node {} panicked: {}", g.node_label(node), panic_text(&panic)),
-            )),
-        };
-        if let Some(e) = failure {
-            // `buffers` records every block the node holds, dynamic ones included.
-            buffers.iter().for_each(|&b| release(self.pool, b));
-            return Err(e);
-        }
-
-        // Commit: the outputs become live values; values nobody reads go back at once.
-        for (k, v) in values.enumerate() {
-            let slot = Slot {
-                tensor: outputs[k],
-                buffer: buffers[k],
-                remaining: self.refcount(v),
-            };
-            self.live += slot.buffer.capacity as u64;
-            self.acquires += 1;
-            self.slots[v as usize] = slot;
-        }
-        self.peak_live = self.peak_live.max(self.live);
-        for v in g.node_values(node) {
-            if self.slots[v as usize].remaining == 0 {
-                self.drop_value(v);
-            }
-        }
-        for &v in g.node_inputs(node) {
-            let slot = &mut self.slots[v as usize];
-            slot.remaining -= 1;
-            if slot.remaining == 0 {
-                self.drop_value(v);
-            }
-        }
-        self.nodes_run += 1;
-        Ok(())
-    }
-
-    fn drop_value(&mut self, v: u32) {
-        let slot = std::mem::take(&mut self.slots[v as usize]);
-        self.live -= slot.buffer.capacity as u64;
-        release(self.pool, slot.buffer);
-    }
-}
-
-impl Drop for Run<'_> {
-    /// Returns whatever the run still holds: everything after a failure, nothing after success
-    /// (the graph outputs have moved to the result by then).
-    fn drop(&mut self) {
-        for slot in &mut self.slots {
-            release(self.pool, std::mem::take(slot).buffer);
-        }
-    }
-}
-
-/// After a kernel succeeded: every output exists, sits where the run put it, and fits.
-fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -> Result<()> {
-    for (k, (t, b)) in outputs.iter().zip(buffers).enumerate() {
-        let problem = if b.ptr.is_null() {
-            "is dynamic but the kernel did not allocate it".to_string()
-        } else if t.data != b.ptr {
-            format!("had its data pointer changed from {:p} to {:p}", b.ptr, t.data)
-        } else if t.nbytes > b.capacity {
-            format!("claims {} bytes but its buffer holds {}", t.nbytes, b.capacity)
-        } else if !(0..=MAX_DIMS as i32).contains(&t.ndim) {
-            format!("has ndim {}, outside 0..={MAX_DIMS}", t.ndim)
-        } else {
+/// The sequential driver: every operator node in topological order, on the calling thread.
+fn in_topological_order(state: &RunState<'_>) {
+    let mut scratch = Scratch::default();
+    for &node in state.graph.topological_order() {
+        if state.graph.is_graph_input(node) {
             continue;
-        };
-        return err(
-            ErrorKind::KernelFailed,
-            format!("output {k} of node {} {problem}", g.node_label(node)),
-        );
+        }
+        if state.failed() {
+            return;
+        }
+        if !state.admit(node) {
+            // Nothing else runs, so nothing will free memory: this fails the run.
+            scratch.ready.clear();
+            state.resolve_stall(&mut scratch.ready);
+            return;
+        }
+        state.execute(node, &mut scratch);
     }
-    Ok(())
-}
-
-/// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
-/// never from the pool) are skipped.
-fn release(pool: &Pool, buffer: Buffer) {
-    if buffer.capacity == 0 {
-        return;
-    }
-    if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
-        pool.release(p).expect("the run releases only blocks it acquired, once");
-    }
-}
-
-fn panic_text(panic: &Box<dyn Any + Send>) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
 }

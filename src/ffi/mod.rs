@@ -12,6 +12,7 @@
 #![allow(non_camel_case_types)]
 
 mod ctx;
+mod executor;
 mod graph;
 mod handle;
 mod pool;
@@ -19,6 +20,7 @@ mod run;
 mod status;
 
 pub use ctx::*;
+pub use executor::*;
 pub use graph::*;
 pub use pool::*;
 pub use run::*;
@@ -100,7 +102,8 @@ const_assert_eq!(std::mem::size_of::<PoolConfig>(), 24);
 const_assert_eq!(std::mem::size_of::<PoolStats>(), 88);
 const_assert_eq!(std::mem::size_of::<RunStats>(), 40);
 const_assert_eq!(std::mem::size_of::<gs_node_desc>(), 72);
-const_assert_eq!(std::mem::size_of::<gs_run_options>(), 16);
+const_assert_eq!(std::mem::size_of::<gs_run_options>(), 48);
+const_assert_eq!(std::mem::size_of::<gs_executor_config>(), 4);
 assert_eq_align!(Tensor, u64);
 assert_eq_align!(ValueRef, u32);
 assert_eq_align!(InputBinding, u64);
@@ -110,3 +113,4 @@ assert_eq_align!(PoolStats, u64);
 assert_eq_align!(RunStats, u64);
 assert_eq_align!(gs_node_desc, u64);
 assert_eq_align!(gs_run_options, u64);
+assert_eq_align!(gs_executor_config, u32);

@@ -1,11 +1,21 @@
 //! `gs_run` and `gs_result_*`.
 
+use super::executor::gs_executor;
 use super::graph::gs_graph;
 use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, Handle};
 use super::pool::gs_pool;
-use super::status::guard;
+use super::status::{guard, FfiError};
+use super::gs_status::*;
 use super::{gs_status, InputBinding, RunStats, Tensor, ValueRef};
 use crate::exec::{self, RunOptions, RunResult};
+use crate::sched::Policy;
+
+/// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
+pub const GS_POLICY_CRITICAL_PATH: u32 = 0;
+/// `gs_run_options.policy`: readiness order, no priorities (the baseline).
+pub const GS_POLICY_FIFO: u32 = 1;
+/// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
+pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
 
 /// How to run a graph. Zero-initialize, then fill in; all zeros means defaults. NULL options
 /// are fine for a graph without inputs.
@@ -15,6 +25,32 @@ pub struct gs_run_options {
     /// One binding per graph input.
     pub inputs: *const InputBinding,
     pub num_inputs: usize,
+    /// Run on this executor's threads, by priority. NULL: on the calling thread alone, in
+    /// topological order (policy and window do not apply).
+    pub executor: *mut gs_executor,
+    /// Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
+    /// not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
+    pub memory_limit_bytes: u64,
+    /// Most nodes of the run executing at once; 0: as many as the executor has threads.
+    pub window: u32,
+    /// `GS_POLICY_*`.
+    pub policy: u32,
+    /// `GS_RUN_*` bits.
+    pub flags: u32,
+}
+
+impl Default for gs_run_options {
+    fn default() -> Self {
+        gs_run_options {
+            inputs: std::ptr::null(),
+            num_inputs: 0,
+            executor: std::ptr::null_mut(),
+            memory_limit_bytes: 0,
+            window: 0,
+            policy: GS_POLICY_CRITICAL_PATH,
+            flags: 0,
+        }
+    }
 }
 
 /// The graph outputs and statistics of a successful run.
@@ -47,13 +83,28 @@ pub unsafe extern "C" fn gs_run(
         // SAFETY: writable by contract.
         let out = unsafe { out_arg(out, "out") }?;
         let compiled = g.compiled()?;
+        let mut run_options = RunOptions::default();
         // SAFETY: NULL or readable by contract.
-        let inputs = match unsafe { options.as_ref() } {
-            None => &[][..],
+        if let Some(o) = unsafe { options.as_ref() } {
             // SAFETY: readable for `num_inputs` bindings by contract.
-            Some(o) => unsafe { slice_arg(o.inputs, o.num_inputs, compiled.node_count(), "options.inputs") }?,
-        };
-        let result = exec::run(compiled, &p.pool, &RunOptions { inputs })?;
+            run_options.inputs = unsafe { slice_arg(o.inputs, o.num_inputs, compiled.node_count(), "options.inputs") }?;
+            if !o.executor.is_null() {
+                // SAFETY: the handle is not freed concurrently (C contract).
+                run_options.executor = Some(&unsafe { handle_ref(o.executor, "options.executor") }?.executor);
+            }
+            run_options.policy = match o.policy {
+                GS_POLICY_CRITICAL_PATH => Policy::CriticalPath,
+                GS_POLICY_FIFO => Policy::Fifo,
+                other => return Err(FfiError::new(GS_ERR_INVALID_ARGUMENT, format!("options.policy is {other}, not a GS_POLICY_* value"))),
+            };
+            if o.flags & !GS_RUN_FREEZE_ESTIMATES != 0 {
+                return Err(FfiError::new(GS_ERR_INVALID_ARGUMENT, format!("options.flags has unknown bits {:#x}", o.flags & !GS_RUN_FREEZE_ESTIMATES)));
+            }
+            run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
+            run_options.window = o.window as usize;
+            run_options.memory_limit_bytes = o.memory_limit_bytes;
+        }
+        let result = exec::run(compiled, &p.pool, &run_options)?;
         *out = into_handle(gs_run_result { result });
         Ok(())
     })

@@ -248,6 +248,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         node_lower_bound_bytes,
     };
 
+    let learned_ns = (0..b.op_types.len()).map(|_| AtomicU64::new(0)).collect();
     // Validation is over: take the builder's storage without copying it.
     Ok(Graph {
         names: std::mem::take(&mut b.names),
@@ -274,7 +275,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         top_level,
         critical_path,
         info,
-        learned_ns: (0..b.op_types.len()).map(|_| AtomicU64::new(0)).collect(),
+        learned_ns,
         priorities: Mutex::new(None),
     })
 }

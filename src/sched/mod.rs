@@ -39,6 +39,8 @@ pub struct Priorities {
     pub initial_pending: Vec<u32>,
     /// Operator nodes ready at the start, most critical first.
     pub roots: Vec<u32>,
+    /// Bytes of each node's statically sized outputs: what memory admission reserves.
+    pub output_bytes: Vec<u64>,
     /// Consumers of each node, one per input slot as in [`Graph::successors`], most critical first.
     succ_start: Vec<u32>,
     succ: Vec<u32>,
@@ -91,7 +93,11 @@ impl Priorities {
             .collect();
         let mut roots: Vec<u32> = (0..n as u32).filter(|&v| !g.is_graph_input(v) && initial_pending[v as usize] == 0).collect();
         roots.sort_unstable_by_key(|&v| rank[v as usize]);
+        let output_bytes = (0..n as u32)
+            .map(|v| g.node_values(v).map(|val| g.value_size(val).bytes().unwrap_or(0) as u64).sum())
+            .collect();
         Priorities {
+            output_bytes,
             total_work_ns: weight.iter().copied().fold(0, u64::saturating_add),
             weight,
             bottom_level,

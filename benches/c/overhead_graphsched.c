@@ -1,0 +1,127 @@
+/*
+ * Per-node overhead of graphsched on the workloads of overhead_common.h (the same graphs the
+ * oneTBB program runs): empty kernels, 16-byte outputs, one executor of 2 threads (the calling
+ * thread plus one worker) and one pool shared by all runs. Each graph is built and finalized
+ * once, not timed; a run is gs_run + gs_result_free. One warm-up run, then the median of
+ * OH_REPS repetitions.
+ */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
+#include <graphsched.h>
+
+#include "overhead_common.h"
+
+static int32_t empty(gs_kernel_ctx *c, void *u) {
+  (void)c;
+  (void)u;
+  return 0;
+}
+
+static void check(gs_status s, const char *what) {
+  if (s != GS_OK) {
+    fprintf(stderr, "graphsched %s failed: %s: %s\n", what, gs_status_name(s),
+            gs_last_error_message());
+    exit(1);
+  }
+}
+
+static gs_graph *build(const oh_workload *w) {
+  gs_graph *g = NULL;
+  static const size_t out_size[1] = {16};
+  uint32_t max_in = 0;
+  for (uint32_t i = 0; i < w->num_nodes; i++) {
+    uint32_t k = w->pred_start[i + 1] - w->pred_start[i];
+    if (k > max_in) max_in = k;
+  }
+  gs_value *ins = (gs_value *)oh_xmalloc(sizeof(gs_value) * (max_in ? max_in : 1));
+  uint8_t *has_consumer = (uint8_t *)oh_xmalloc(w->num_nodes);
+  memset(has_consumer, 0, w->num_nodes);
+  check(gs_graph_new(&g), "gs_graph_new");
+  for (uint32_t i = 0; i < w->num_nodes; i++) {
+    char name[16];
+    gs_node_desc d;
+    uint32_t id = 0, k = 0;
+    for (uint32_t e = w->pred_start[i]; e < w->pred_start[i + 1]; e++, k++) {
+      ins[k].node = w->preds[e]; /* no graph inputs: node ids equal workload indices */
+      ins[k].output = 0;
+      has_consumer[w->preds[e]] = 1;
+    }
+    snprintf(name, sizeof name, "n%u", i);
+    memset(&d, 0, sizeof d);
+    d.name = name;
+    d.op_type = "Empty";
+    d.kernel = empty;
+    d.inputs = ins;
+    d.num_inputs = k;
+    d.num_outputs = 1;
+    d.output_sizes = out_size;
+    check(gs_graph_add_node(g, &d, &id), "gs_graph_add_node");
+    if (id != i) {
+      fprintf(stderr, "unexpected node id %u for node %u\n", id, i);
+      exit(1);
+    }
+  }
+  /* The sinks' outputs are the graph outputs. */
+  for (uint32_t i = 0; i < w->num_nodes; i++) {
+    if (!has_consumer[i]) {
+      gs_value v;
+      v.node = i;
+      v.output = 0;
+      check(gs_graph_mark_output(g, v), "gs_graph_mark_output");
+    }
+  }
+  check(gs_graph_finalize(g), "gs_graph_finalize");
+  free(ins);
+  free(has_consumer);
+  return g;
+}
+
+static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
+  uint64_t samples[OH_REPS];
+  gs_graph *g = build(w);
+  gs_run_options opts;
+  gs_run_result *res = NULL;
+  memset(&opts, 0, sizeof opts);
+  opts.executor = ex; /* memory_limit_bytes, window, policy: 0 = defaults */
+
+  check(gs_run(g, pool, &opts, &res), "gs_run (warm-up)");
+  gs_result_free(res);
+  for (int r = 0; r < OH_REPS; r++) {
+    uint64_t t0 = oh_now_ns();
+    for (uint32_t k = 0; k < w->runs_per_rep; k++) {
+      res = NULL;
+      check(gs_run(g, pool, &opts, &res), "gs_run");
+      gs_result_free(res);
+    }
+    samples[r] = oh_now_ns() - t0;
+  }
+  oh_report("graphsched", w, oh_median(samples, OH_REPS));
+  gs_graph_free(g);
+  oh_free(w);
+}
+
+int main(void) {
+  gs_executor_config cfg;
+  gs_executor *ex = NULL;
+  gs_pool *pool = NULL;
+  oh_workload w;
+
+  memset(&cfg, 0, sizeof cfg);
+  cfg.threads = OH_THREADS;
+  check(gs_executor_new(&cfg, &ex), "gs_executor_new");
+  check(gs_pool_new(NULL, &pool), "gs_pool_new");
+
+  oh_chain(&w, 100000);
+  bench(ex, pool, &w);
+  oh_fanout(&w, 100000);
+  bench(ex, pool, &w);
+  oh_tree(&w, 1u << 15);
+  bench(ex, pool, &w);
+  oh_layered(&w, 8, 30, 1000);
+  bench(ex, pool, &w);
+  oh_single(&w, 10000);
+  bench(ex, pool, &w);
+
+  gs_pool_free(pool);
+  gs_executor_free(ex);
+  return 0;
+}

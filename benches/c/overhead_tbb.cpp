@@ -1,0 +1,61 @@
+// Per-node overhead of oneTBB's flow graph on the workloads of overhead_common.h: empty
+// continue_node bodies, one make_edge per dependency, a task_arena of 2 threads (the calling
+// thread plus one worker). Each run try_puts into every source and waits for the graph.
+// Construction is not timed; one warm-up run, then the median of OH_REPS repetitions.
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <memory>
+#include <vector>
+
+#include "overhead_common.h"
+
+namespace flow = oneapi::tbb::flow;
+using node_t = flow::continue_node<flow::continue_msg>;
+
+static void bench(oneapi::tbb::task_arena &arena, oh_workload *w) {
+  uint64_t samples[OH_REPS];
+  // The graph is built inside the arena so it attaches to it and its tasks run there.
+  arena.execute([&] {
+    flow::graph g;
+    std::vector<std::unique_ptr<node_t>> nodes;
+    std::vector<node_t *> sources;
+    nodes.reserve(w->num_nodes);
+    for (uint32_t i = 0; i < w->num_nodes; i++) {
+      nodes.emplace_back(new node_t(g, [](const flow::continue_msg &) {}));
+      if (w->pred_start[i] == w->pred_start[i + 1]) sources.push_back(nodes.back().get());
+      for (uint32_t k = w->pred_start[i]; k < w->pred_start[i + 1]; k++)
+        flow::make_edge(*nodes[w->preds[k]], *nodes[i]);
+    }
+    auto run = [&] {
+      for (node_t *s : sources) s->try_put(flow::continue_msg());
+      g.wait_for_all();
+    };
+    run();  // warm-up
+    for (int r = 0; r < OH_REPS; r++) {
+      uint64_t t0 = oh_now_ns();
+      for (uint32_t k = 0; k < w->runs_per_rep; k++) run();
+      samples[r] = oh_now_ns() - t0;
+    }
+    // Tear down inside the arena too (nodes before the graph: reverse declaration order).
+    nodes.clear();
+  });
+  oh_report("tbb", w, oh_median(samples, OH_REPS));
+  oh_free(w);
+}
+
+int main() {
+  oneapi::tbb::task_arena arena(OH_THREADS);
+  oh_workload w;
+  oh_chain(&w, 100000);
+  bench(arena, &w);
+  oh_fanout(&w, 100000);
+  bench(arena, &w);
+  oh_tree(&w, 1u << 15);
+  bench(arena, &w);
+  oh_layered(&w, 8, 30, 1000);
+  bench(arena, &w);
+  oh_single(&w, 10000);
+  bench(arena, &w);
+  return 0;
+}

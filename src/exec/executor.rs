@@ -1,0 +1,309 @@
+//! The executor: persistent worker threads that run the nodes of any number of concurrent runs.
+//!
+//! Work stealing on crossbeam-deque, with priorities that survive stealing: every worker has one
+//! FIFO deque per priority band and the executor one injector per band. A thread looking for work
+//! scans the bands from the most critical down, and in each band tries its own deque, then the
+//! injector, then the other workers' deques. So an owner and a thief alike take the most critical
+//! work they can see, and within a band the oldest. A node that makes successors ready keeps the
+//! most critical one for itself when it is at least as critical as the node that just ran (the
+//! critical path flows through one thread without queueing) and queues the others, most critical
+//! first.
+//!
+//! The thread that calls `run` works too: it runs the first ready node itself, then any work it
+//! finds, until its run is over, so a small graph pays no hand-off. Idle threads spin briefly,
+//! then sleep on an event count; an idle executor uses no CPU.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+
+use super::state::{RunState, Scratch};
+use crate::error::{err, ErrorKind, Result};
+use crate::sched::BANDS;
+
+/// How long an idle thread keeps looking for work before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// A node of a run, queued.
+#[derive(Clone, Copy)]
+pub(super) struct Task {
+    run: *const RunState<'static>,
+    node: u32,
+}
+
+// SAFETY: a task points at a run that outlives it: the run's caller waits until the run's
+// `active` count, which includes every queued task, reaches 0 before dropping the run.
+unsafe impl Send for Task {}
+
+/// A pool of worker threads; one executor serves many runs, concurrently.
+pub struct Executor {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+pub(super) struct Shared {
+    threads: usize,
+    injectors: Vec<Injector<Task>>,
+    /// Per worker, per band.
+    stealers: Vec<Vec<Stealer<Task>>>,
+    sleep: Sleep,
+    shutdown: AtomicBool,
+}
+
+/// An event count: sleepers take a key, check once more for work, and sleep until the key
+/// moves; notifiers move it only when someone sleeps, so a busy executor never takes the lock.
+struct Sleep {
+    sleepers: AtomicUsize,
+    epoch: Mutex<u64>,
+    wake: Condvar,
+}
+
+impl Executor {
+    /// An executor with `threads` threads in all, the calling thread of each run included
+    /// (`threads - 1` workers are started); 0 means one per core.
+    pub fn new(threads: usize) -> Result<Executor> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        if threads > 4096 {
+            return err(ErrorKind::InvalidArgument, format!("{threads} threads asked for; at most 4096 are allowed"));
+        }
+        let locals: Vec<Vec<Worker<Task>>> =
+            (1..threads).map(|_| (0..BANDS).map(|_| Worker::new_fifo()).collect()).collect();
+        let shared = Arc::new(Shared {
+            threads,
+            injectors: (0..BANDS).map(|_| Injector::new()).collect(),
+            stealers: locals.iter().map(|bands| bands.iter().map(Worker::stealer).collect()).collect(),
+            sleep: Sleep {
+                sleepers: AtomicUsize::new(0),
+                epoch: Mutex::new(0),
+                wake: Condvar::new(),
+            },
+            shutdown: AtomicBool::new(false),
+        });
+        let mut workers = Vec::new();
+        for (index, local) in locals.into_iter().enumerate() {
+            let mine = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("graphsched-{index}"))
+                .spawn(move || mine.worker_main(index, local));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    let executor = Executor { shared, workers };
+                    drop(executor); // stops the workers already started
+                    return err(ErrorKind::OutOfMemory, format!("could not start worker thread {index}: {e}"));
+                }
+            }
+        }
+        Ok(Executor { shared, workers })
+    }
+
+    /// Threads in all, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// Runs `state` to its end: queues its ready roots, works until nothing of it is queued or
+    /// running. The caller's thread executes the first root itself.
+    pub(super) fn drive(&self, state: &RunState<'_>, roots: &[u32]) {
+        // SAFETY: only the lifetime is erased; `state` outlives every task (see `Task`), since
+        // this function returns only once `active` is 0.
+        let run: *const RunState<'static> = (state as *const RunState<'_>).cast();
+        let mut scratch = Scratch::default();
+        let mut roots = roots.to_vec();
+        if roots.is_empty() {
+            state.resolve_stall(&mut roots); // every root waits for memory: admit or fail
+        }
+        let Some((&first, rest)) = roots.split_first() else {
+            return;
+        };
+        state.active.store(roots.len(), Ordering::Release);
+        self.shared.push(run, rest, None);
+        self.shared.run_task(Task { run, node: first }, None, &mut scratch);
+        let mut idle_since = None;
+        while state.active.load(Ordering::Acquire) != 0 {
+            if let Some(task) = self.shared.find_work(None) {
+                self.shared.run_task(task, None, &mut scratch);
+                idle_since = None;
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.shared.sleep.sleep(|| state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work());
+        }
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.sleep.wake_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Shared {
+    fn worker_main(&self, index: usize, local: Vec<Worker<Task>>) {
+        let mut scratch = Scratch::default();
+        let mut idle_since = None;
+        loop {
+            if let Some(task) = self.find_work(Some((index, &local))) {
+                self.run_task(task, Some(&local), &mut scratch);
+                idle_since = None;
+                continue;
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.sleep.sleep(|| !self.shutdown.load(Ordering::Acquire) && !self.has_work());
+            idle_since = None;
+        }
+    }
+
+    /// The most critical task this thread can see: its own deque, the injector, then the other
+    /// workers', band by band.
+    fn find_work(&self, me: Option<(usize, &Vec<Worker<Task>>)>) -> Option<Task> {
+        for band in 0..BANDS {
+            if let Some((_, local)) = me {
+                if let Some(t) = local[band].pop() {
+                    return Some(t);
+                }
+            }
+            loop {
+                let stolen = match me {
+                    Some((_, local)) => self.injectors[band].steal_batch_and_pop(&local[band]),
+                    None => self.injectors[band].steal(),
+                };
+                match stolen {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+            for (owner, stealers) in self.stealers.iter().enumerate() {
+                if me.is_some_and(|(index, _)| index == owner) {
+                    continue;
+                }
+                loop {
+                    match stealers[band].steal() {
+                        Steal::Success(t) => return Some(t),
+                        Steal::Retry => continue,
+                        Steal::Empty => break,
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn has_work(&self) -> bool {
+        self.injectors.iter().any(|i| !i.is_empty()) || self.stealers.iter().flatten().any(|s| !s.is_empty())
+    }
+
+    /// Queues nodes of a run (already counted in its `active`), most critical first.
+    fn push(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<&Vec<Worker<Task>>>) {
+        if nodes.is_empty() {
+            return;
+        }
+        // SAFETY: the run is alive while it has active tasks, and these nodes are counted.
+        let state = unsafe { &*run };
+        for &node in nodes {
+            let band = state.band(node);
+            let task = Task { run, node };
+            match local {
+                Some(local) => local[band].push(task),
+                None => self.injectors[band].push(task),
+            }
+        }
+        self.sleep.notify();
+    }
+
+    /// Executes a task and the chain of continuations it leads to.
+    fn run_task(&self, task: Task, local: Option<&Vec<Worker<Task>>>, scratch: &mut Scratch) {
+        let run = task.run;
+        // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
+        let state = unsafe { &*run };
+        let mut node = task.node;
+        loop {
+            if let Some(window) = &state.window {
+                if !window.enter(node) {
+                    return; // deferred: still counted, restarted by the next node that leaves
+                }
+            }
+            scratch.ready.clear();
+            state.execute(node, scratch);
+            if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
+                self.push(run, &[deferred], local); // counted in `active` already
+            }
+            let ready = std::mem::take(&mut scratch.ready);
+            let next = state.continuation(node, &ready);
+            let queued = if next.is_some() { &ready[1..] } else { &ready[..] };
+            state.active.fetch_add(queued.len(), Ordering::AcqRel);
+            self.push(run, queued, local);
+            scratch.ready = ready;
+            match next {
+                Some(n) => node = n,
+                None => break,
+            }
+        }
+        // This task is done. If it is the run's last, nodes may still wait for memory.
+        if state.active.load(Ordering::Acquire) == 1 {
+            scratch.ready.clear();
+            state.resolve_stall(&mut scratch.ready);
+            let admitted = std::mem::take(&mut scratch.ready);
+            state.active.fetch_add(admitted.len(), Ordering::AcqRel);
+            self.push(run, &admitted, local);
+            scratch.ready = admitted;
+        }
+        if state.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The run is over; from here on nothing of it may be touched.
+            self.sleep.notify();
+        }
+    }
+}
+
+impl Sleep {
+    /// Sleeps unless `idle()` turns false after registering as a sleeper.
+    fn sleep(&self, idle: impl Fn() -> bool) {
+        let key = *self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `notify`: either the work pushed before it is seen by `idle`,
+        // or the notifier sees this sleeper and moves the key.
+        fence(Ordering::SeqCst);
+        if idle() {
+            let mut epoch = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+            while *epoch == key {
+                epoch = self.wake.wait(epoch).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes the sleepers, if any, after work was queued or a run ended.
+    fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.wake_all();
+        }
+    }
+
+    fn wake_all(&self) {
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.wake.notify_all();
+    }
+}

@@ -1,0 +1,552 @@
+//! The state of one run, shared by every thread that executes its nodes.
+//!
+//! Protocol (why the unsafe cells are sound):
+//! - A value's slot is written once, by its producer, before the producer decrements its
+//!   consumers' `pending` counts (AcqRel). A consumer reads the slot only after its own count
+//!   reached 0, so it sees the write.
+//! - A slot is emptied by the thread whose decrement of the value's `refs` reached 0 (AcqRel), so
+//!   every reader has finished with it. Graph outputs hold one extra reference that only the
+//!   caller drops, after the run is over.
+//! - `active` counts the run's queued and running tasks. Each task pushes the successors it made
+//!   ready (incrementing `active`) before it decrements `active` for itself, so `active` reaches 0
+//!   exactly once: when nothing of the run is queued or running any more. After that decrement the
+//!   task touches nothing of the run, and the caller may drop it.
+
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::ctx::{Buffer, KernelCtx};
+use super::run::InputBinding;
+use crate::error::{err, Error, ErrorKind, Result};
+use crate::graph::{Graph, OutputSize};
+use crate::pool::{Pool, NEVER};
+use crate::sched::Priorities;
+use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
+
+/// One value during a run.
+#[derive(Clone, Copy)]
+pub(super) struct Slot {
+    pub tensor: Tensor,
+    /// The pool block behind the value; `NONE` for caller memory and values not made yet.
+    pub buffer: Buffer,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            tensor: Tensor::empty(),
+            buffer: Buffer::NONE,
+        }
+    }
+}
+
+/// Per-thread scratch space reused by every node a thread executes.
+#[derive(Default)]
+pub(super) struct Scratch {
+    inputs: Vec<Tensor>,
+    outputs: Vec<Tensor>,
+    buffers: Vec<Buffer>,
+    pub ready: Vec<u32>,
+}
+
+/// Memory admission: the run's live bytes stay under `limit`. Ready nodes whose outputs do not
+/// fit wait in `waiting`, sorted most critical first; every release looks at them again. The
+/// reservation and the decision to wait happen under the same lock as that second look, so a
+/// node never waits for a release that has already happened.
+struct Gate {
+    limit: u64,
+    waiting: Mutex<Vec<u32>>,
+}
+
+/// The window: at most `cap` nodes of the run execute at once. A task that finds the window full
+/// waits in `deferred`; each node that leaves starts one deferred task. Entering and deferring
+/// happen under the lock the leaver takes, so no deferred task is forgotten.
+pub(super) struct Window {
+    cap: u32,
+    running: AtomicU32,
+    deferred: Mutex<Vec<u32>>,
+}
+
+/// How a run is set up.
+pub(super) struct StateOptions {
+    /// Most live bytes; 0: no limit.
+    pub memory_limit: u64,
+    /// Most nodes executing at once; `None`: as many as threads.
+    pub window: Option<u32>,
+    pub learn: bool,
+    pub fifo: bool,
+    pub admit_on_ready: bool,
+}
+
+pub(super) struct RunState<'r> {
+    pub graph: &'r Graph,
+    pub pool: &'r Pool,
+    pub prio: &'r Priorities,
+    slots: Box<[UnsafeCell<Slot>]>,
+    refs: Box<[AtomicU32]>,
+    pending: Box<[AtomicU32]>,
+    pub active: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    live: AtomicU64,
+    peak_live: AtomicU64,
+    acquires: AtomicU64,
+    nodes_run: AtomicU64,
+    gate: Option<Gate>,
+    pub window: Option<Window>,
+    /// Measure kernels and feed the graph's learned estimates.
+    learn: bool,
+    /// No priorities: one band, no continuations.
+    fifo: bool,
+    /// Reserve memory when a node becomes ready (parallel runs queue admitted nodes only);
+    /// otherwise when it starts (the sequential run, which follows a fixed order).
+    admit_on_ready: bool,
+}
+
+// SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
+// or behind a mutex. Raw pointers in slots point at pool blocks owned by the run, or at caller
+// memory the caller keeps valid for the whole run.
+unsafe impl Sync for RunState<'_> {}
+// SAFETY: as above; the run owns its pool blocks.
+unsafe impl Send for RunState<'_> {}
+
+impl<'r> RunState<'r> {
+    pub fn new(graph: &'r Graph, pool: &'r Pool, prio: &'r Priorities, options: StateOptions) -> Self {
+        let StateOptions {
+            memory_limit,
+            window,
+            learn,
+            fifo,
+            admit_on_ready,
+        } = options;
+        let refs = (0..graph.value_count() as u32)
+            .map(|v| AtomicU32::new(graph.consumers(v) + graph.is_graph_output(v) as u32))
+            .collect();
+        RunState {
+            graph,
+            pool,
+            prio,
+            slots: (0..graph.value_count()).map(|_| UnsafeCell::new(Slot::default())).collect(),
+            refs,
+            pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
+            active: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            live: AtomicU64::new(0),
+            peak_live: AtomicU64::new(0),
+            acquires: AtomicU64::new(0),
+            nodes_run: AtomicU64::new(0),
+            gate: (memory_limit > 0).then(|| Gate {
+                limit: memory_limit,
+                waiting: Mutex::new(Vec::new()),
+            }),
+            window: window.map(|cap| Window {
+                cap: cap.max(1),
+                running: AtomicU32::new(0),
+                deferred: Mutex::new(Vec::new()),
+            }),
+            learn,
+            fifo,
+            admit_on_ready,
+        }
+    }
+
+    /// The queue band of a node: its priority band, or 0 for FIFO.
+    pub fn band(&self, node: u32) -> usize {
+        if self.fifo {
+            0
+        } else {
+            self.prio.band[node as usize] as usize
+        }
+    }
+
+    /// Which of the nodes `node` just made ready (most critical first) its thread should run
+    /// next without queueing: the first, if it is at least as critical as `node`.
+    pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
+        let &first = ready.first()?;
+        (!self.fifo && self.band(first) <= self.band(node)).then_some(first)
+    }
+
+    /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
+    pub fn bind(&mut self, bindings: &[InputBinding]) -> Result<()> {
+        let g = self.graph;
+        let mut bound = vec![usize::MAX; g.value_count()];
+        for (i, b) in bindings.iter().enumerate() {
+            let node = b.value.node;
+            if node as usize >= g.node_count() || !g.is_graph_input(node) || b.value.output != 0 {
+                return err(
+                    ErrorKind::InputBinding,
+                    format!("input binding {i} names value ({}, {}), which is not a graph input", node, b.value.output),
+                );
+            }
+            let name = g.node_name(node);
+            let v = g.node_values(node).start;
+            if bound[v as usize] != usize::MAX {
+                return err(
+                    ErrorKind::InputBinding,
+                    format!("graph input '{name}' is bound twice (bindings {} and {i})", bound[v as usize]),
+                );
+            }
+            bound[v as usize] = i;
+            let declared = g.value_size(v).bytes().expect("graph inputs have a static size");
+            if b.tensor.nbytes != declared {
+                return err(
+                    ErrorKind::InputBinding,
+                    format!("graph input '{name}' is declared as {declared} bytes but bound to {} bytes", b.tensor.nbytes),
+                );
+            }
+            if b.tensor.data.is_null() {
+                return err(ErrorKind::InputBinding, format!("graph input '{name}' is bound to a NULL pointer"));
+            }
+            if b.tensor.data as usize % ALIGNMENT != 0 {
+                return err(
+                    ErrorKind::InputBinding,
+                    format!("graph input '{name}' is bound to {:p}, which is not {ALIGNMENT}-byte aligned", b.tensor.data),
+                );
+            }
+            *self.slots[v as usize].get_mut() = Slot {
+                tensor: b.tensor,
+                buffer: Buffer::NONE,
+            };
+        }
+        if let Some(&node) = g.graph_inputs().iter().find(|&&n| bound[g.node_values(n).start as usize] == usize::MAX) {
+            return err(ErrorKind::InputBinding, format!("graph input '{}' (node {node}) is not bound", g.node_name(node)));
+        }
+        Ok(())
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Records the run's error if it is the first; later ones are dropped.
+    pub fn fail(&self, e: Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+            self.failed.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn take_error(&self) -> Option<Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub fn stats(&self) -> (u64, u64, u64) {
+        (
+            self.nodes_run.load(Ordering::Relaxed),
+            self.peak_live.load(Ordering::Relaxed),
+            self.acquires.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Moves a graph output out of the finished run.
+    pub fn take_slot(&mut self, value: u32) -> Slot {
+        std::mem::take(self.slots[value as usize].get_mut())
+    }
+
+    fn add_live(&self, bytes: u64) {
+        if bytes > 0 {
+            let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            self.peak_live.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Admits a ready node under the memory limit: true if it may run now. Without a limit,
+    /// always. A node that cannot run now waits until a release makes room.
+    pub fn admit(&self, node: u32) -> bool {
+        let need = self.prio.output_bytes[node as usize];
+        let Some(gate) = &self.gate else {
+            return true;
+        };
+        let mut waiting = lock(&gate.waiting);
+        if self.try_reserve(gate, need) {
+            return true;
+        }
+        let rank = self.prio.rank[node as usize];
+        let at = waiting.partition_point(|&w| self.prio.rank[w as usize] < rank);
+        waiting.insert(at, node);
+        false
+    }
+
+    fn try_reserve(&self, gate: &Gate, need: u64) -> bool {
+        let mut live = self.live.load(Ordering::Relaxed);
+        loop {
+            if live + need > gate.limit {
+                return false;
+            }
+            match self.live.compare_exchange_weak(live, live + need, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.peak_live.fetch_max(live + need, Ordering::Relaxed);
+                    return true;
+                }
+                Err(now) => live = now,
+            }
+        }
+    }
+
+    /// After memory was released: admits waiting nodes that now fit, most critical first.
+    fn readmit(&self, out: &mut Vec<u32>) {
+        let Some(gate) = &self.gate else { return };
+        let mut waiting = lock(&gate.waiting);
+        waiting.retain(|&node| {
+            let fits = self.try_reserve(gate, self.prio.output_bytes[node as usize]);
+            if fits {
+                out.push(node);
+            }
+            !fits
+        });
+    }
+
+    /// Called by the run's last active task before it finishes: if nodes still wait for memory
+    /// that nothing running will release, admit what fits or fail the run naming the culprit.
+    pub fn resolve_stall(&self, out: &mut Vec<u32>) {
+        let Some(gate) = &self.gate else { return };
+        self.readmit(out);
+        if !out.is_empty() || self.failed() {
+            return;
+        }
+        let waiting = lock(&gate.waiting);
+        if let Some(&node) = waiting.first() {
+            let need = self.prio.output_bytes[node as usize];
+            let live = self.live.load(Ordering::Relaxed);
+            drop(waiting);
+            self.fail(Error::new(
+                ErrorKind::MemoryLimit,
+                format!(
+                    "node {} needs {need} bytes for its outputs, but {live} of the {}-byte memory limit are live and nothing \
+                     else is running to free them",
+                    self.graph.node_label(node),
+                    gate.limit
+                ),
+            ));
+        }
+    }
+
+    /// Runs one node: outputs from the pool, the kernel, then releases and readiness. Nodes it
+    /// makes ready (and admits) are appended to `scratch.ready`, most critical first. A failure
+    /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
+    /// would have made ready is started.
+    pub fn execute(&self, node: u32, scratch: &mut Scratch) {
+        if self.failed() {
+            return;
+        }
+        if self.gate.is_none() {
+            self.add_live(self.prio.output_bytes[node as usize]);
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, scratch)));
+        let result = outcome.unwrap_or_else(|panic| {
+            err(ErrorKind::KernelPanicked, format!("internal error while running node {}: {}", self.graph.node_label(node), panic_text(&*panic)))
+        });
+        if let Err(e) = result {
+            // Static reservations of a node that never produced: nothing will release them.
+            self.live.fetch_sub(self.prio.output_bytes[node as usize], Ordering::Relaxed);
+            self.fail(e);
+            return;
+        }
+        self.finish_node(node, scratch);
+    }
+
+    fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
+        let g = self.graph;
+        let Scratch {
+            inputs,
+            outputs,
+            buffers,
+            ..
+        } = scratch;
+        let values = g.node_values(node);
+        outputs.clear();
+        buffers.clear();
+        for v in values.clone() {
+            let mut buffer = Buffer::NONE;
+            if let OutputSize::Bytes(n) = g.value_size(v) {
+                let until = g.release_tick(v).map_or(NEVER, u64::from);
+                match self.pool.acquire_until(n, g.zero_output(node), until) {
+                    Ok(p) => buffer = Buffer { ptr: p.as_ptr().cast(), capacity: n },
+                    Err(e) => {
+                        buffers.iter().for_each(|&b| release(self.pool, b));
+                        let k = v - values.start;
+                        return err(e.kind(), format!("output {k} of node '{}' ({n} bytes): {}", g.node_name(node), e.message()));
+                    }
+                }
+            }
+            buffers.push(buffer);
+            outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+        }
+        inputs.clear();
+        // SAFETY: every input's producer finished before this node became ready (module docs).
+        inputs.extend(g.node_inputs(node).iter().map(|&v| unsafe { (*self.slots[v as usize].get()).tensor }));
+
+        let kernel = g.kernel(node).expect("operator nodes have kernels");
+        let mut ctx = KernelCtx {
+            graph: g,
+            node,
+            pool: self.pool,
+            inputs,
+            outputs,
+            buffers,
+            error: None,
+        };
+        let start = self.learn.then(Instant::now);
+        let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
+        if let Some(start) = start {
+            g.learn(node, start.elapsed().as_nanos() as u64);
+        }
+        let detail = ctx.error.take();
+        let failure = match outcome {
+            Ok(Ok(())) => check_outputs(g, node, outputs, buffers).err(),
+            Ok(Err(msg)) => {
+                let msg = match detail {
+                    Some(d) => format!("{d} ({msg})"),
+                    None => msg,
+                };
+                Some(Error::new(ErrorKind::KernelFailed, format!("node {} failed: {msg}", g.node_label(node))))
+            }
+            Err(panic) => Some(Error::new(
+                ErrorKind::KernelPanicked,
+                format!("kernel of node {} panicked: {}", g.node_label(node), panic_text(&*panic)),
+            )),
+        };
+        if let Some(e) = failure {
+            // `buffers` records every block the node holds, dynamic ones included.
+            buffers.iter().for_each(|&b| release(self.pool, b));
+            return Err(e);
+        }
+        // Commit: the outputs become values.
+        let mut dynamic = 0;
+        for (k, v) in values.enumerate() {
+            if g.value_size(v) == OutputSize::Dynamic {
+                dynamic += buffers[k].capacity as u64;
+            }
+            // SAFETY: only this node writes its outputs' slots, before anyone may read them.
+            unsafe {
+                *self.slots[v as usize].get() = Slot {
+                    tensor: outputs[k],
+                    buffer: buffers[k],
+                }
+            };
+        }
+        self.add_live(dynamic);
+        self.acquires.fetch_add(buffers.iter().filter(|b| b.capacity > 0).count() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// After a successful kernel: drop what nobody needs any more, then mark successors.
+    fn finish_node(&self, node: u32, scratch: &mut Scratch) {
+        let g = self.graph;
+        let mut released = false;
+        for v in g.node_values(node) {
+            if self.refs[v as usize].load(Ordering::Relaxed) == 0 {
+                released |= self.drop_value(v);
+            }
+        }
+        for &v in g.node_inputs(node) {
+            if self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                released |= self.drop_value(v);
+            }
+        }
+        self.nodes_run.fetch_add(1, Ordering::Relaxed);
+        let ready = &mut scratch.ready;
+        if released {
+            self.readmit(ready);
+        }
+        for &s in self.prio.successors(node) {
+            if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 && (!self.admit_on_ready || self.admit(s)) {
+                ready.push(s);
+            }
+        }
+    }
+
+    /// Returns a value's buffer to the pool; true if it held pool memory.
+    fn drop_value(&self, v: u32) -> bool {
+        // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
+        let slot = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
+        let bytes = slot.buffer.capacity as u64;
+        if bytes > 0 {
+            self.live.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        release(self.pool, slot.buffer);
+        bytes > 0
+    }
+}
+
+impl Window {
+    /// Takes a place in the window, or defers the node: false if it must wait.
+    pub fn enter(&self, node: u32) -> bool {
+        if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
+            return true;
+        }
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        let mut deferred = lock(&self.deferred);
+        // Retry under the lock `leave` takes: a place freed meanwhile is seen here.
+        if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
+            return true;
+        }
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        deferred.push(node);
+        false
+    }
+
+    /// Gives the place back; returns a deferred node to start, if any.
+    pub fn leave(&self) -> Option<u32> {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        lock(&self.deferred).pop()
+    }
+}
+
+impl Drop for RunState<'_> {
+    /// Whatever the run still holds goes back: everything after a failure, nothing after
+    /// success (the graph outputs have moved to the result).
+    fn drop(&mut self) {
+        for slot in self.slots.iter_mut() {
+            release(self.pool, std::mem::take(slot.get_mut()).buffer);
+        }
+    }
+}
+
+/// After a kernel succeeded: every output exists, sits where the run put it, and fits.
+fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -> Result<()> {
+    for (k, (t, b)) in outputs.iter().zip(buffers).enumerate() {
+        let problem = if b.ptr.is_null() {
+            "is dynamic but the kernel did not allocate it".to_string()
+        } else if t.data != b.ptr {
+            format!("had its data pointer changed from {:p} to {:p}", b.ptr, t.data)
+        } else if t.nbytes > b.capacity {
+            format!("claims {} bytes but its buffer holds {}", t.nbytes, b.capacity)
+        } else if !(0..=MAX_DIMS as i32).contains(&t.ndim) {
+            format!("has ndim {}, outside 0..={MAX_DIMS}", t.ndim)
+        } else {
+            continue;
+        };
+        return err(ErrorKind::KernelFailed, format!("output {k} of node {} {problem}", g.node_label(node)));
+    }
+    Ok(())
+}
+
+/// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
+/// never from the pool) are skipped.
+pub(super) fn release(pool: &Pool, buffer: Buffer) {
+    if buffer.capacity == 0 {
+        return;
+    }
+    if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
+        pool.release(p).expect("a run releases only blocks it acquired, once");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}

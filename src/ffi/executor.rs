@@ -1,0 +1,65 @@
+//! `gs_executor_*`: worker threads that runs share.
+
+use super::handle::{free_handle, handle_ref, into_handle, out_arg, Handle};
+use super::status::guard;
+use super::gs_status;
+use crate::exec::Executor;
+
+/// Worker threads that runs use through `gs_run_options.executor`; one executor serves many
+/// concurrent runs.
+pub struct gs_executor {
+    pub(crate) executor: Executor,
+}
+
+impl Handle for gs_executor {
+    const NAME: &'static str = "gs_executor";
+}
+
+/// Executor settings; zero fields take their defaults.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gs_executor_config {
+    /// Threads in all, counting the thread that calls `gs_run` (which works too): `threads - 1`
+    /// workers are started. 0: one per core.
+    pub threads: u32,
+}
+
+/// Starts an executor; `config` may be NULL for defaults.
+///
+/// # Safety
+/// `config` is NULL or readable; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn gs_executor_new(config: *const gs_executor_config, out: *mut *mut gs_executor) -> gs_status {
+    guard(|| {
+        // SAFETY: writable by contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        // SAFETY: NULL or readable by contract.
+        let config = unsafe { config.as_ref() }.copied().unwrap_or_default();
+        *out = into_handle(gs_executor {
+            executor: Executor::new(config.threads as usize)?,
+        });
+        Ok(())
+    })
+}
+
+/// Stops the workers and frees the executor. NULL does nothing. No run may be using it.
+#[no_mangle]
+pub extern "C" fn gs_executor_free(executor: *mut gs_executor) {
+    let _ = guard(|| {
+        // SAFETY: no other thread uses the handle while it is freed (C contract).
+        unsafe { free_handle(executor, "executor") };
+        Ok(())
+    });
+}
+
+/// Threads the executor runs on, the caller's included; 0 (last error set) for a bad handle.
+#[no_mangle]
+pub extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u32 {
+    let mut threads = 0;
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        threads = unsafe { handle_ref(executor, "executor") }?.executor.threads() as u32;
+        Ok(())
+    });
+    threads
+}

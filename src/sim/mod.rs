@@ -1,0 +1,641 @@
+//! Simulated runs: the policy of [`crate::sched`] driven by a virtual clock instead of threads,
+//! so that "what would 8 or 64 cores do" has a deterministic answer on any machine.
+//!
+//! The model mirrors a real run. A node takes its estimated duration ([`Priorities::weight`]) and
+//! becomes ready when all its operator inputs are done (graph inputs are done at time 0); whenever
+//! a thread is free, the ready node the policy prefers starts. Its static outputs become live when
+//! it starts and are released when their last consumer finishes, or when it finishes if nobody
+//! reads them; graph outputs stay. Under a memory limit a ready node starts only if its outputs
+//! fit, and a less critical node that fits may go ahead of one that does not.
+//!
+//! Cost: O((n + e) log n). Running nodes sit in a heap keyed by finish time. Ready nodes sit in a
+//! min-tree over policy order (rank, or readiness sequence under FIFO) holding the bytes each one
+//! needs, so "the most critical ready node that fits" is one descent even under a memory limit,
+//! where a heap would have to pop and re-push the nodes that do not fit.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::error::{err, ErrorKind, Result};
+use crate::graph::{Graph, OutputSize};
+use crate::sched::{Policy, Priorities};
+
+/// What to simulate: the knobs of a real run that change its schedule.
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    /// Worker threads; at least 1.
+    pub threads: usize,
+    pub policy: Policy,
+    /// Most nodes in flight at once; 0 means `threads` (the cap is the smaller of the two).
+    pub window: usize,
+    /// Most bytes of values live at once; 0 means no limit.
+    pub memory_limit_bytes: u64,
+}
+
+impl Default for SimOptions {
+    /// One thread, critical path first, no window or memory limit: the serial baseline.
+    fn default() -> Self {
+        SimOptions {
+            threads: 1,
+            policy: Policy::CriticalPath,
+            window: 0,
+            memory_limit_bytes: 0,
+        }
+    }
+}
+
+/// Figures of one simulated run, in virtual nanoseconds. (C: `gs_sim_result`)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SimResult {
+    /// When the last node finished.
+    pub makespan_ns: u64,
+    /// What no schedule can beat: max(critical path, work / threads rounded up).
+    pub makespan_lb_ns: u64,
+    pub critical_path_ns: u64,
+    /// Sum of all estimates.
+    pub work_ns: u64,
+    /// Most bytes values held at once (graph inputs, which the caller owns, excluded).
+    pub peak_live_bytes: u64,
+    /// Operator nodes executed.
+    pub nodes_run: u64,
+    /// work / (makespan * threads): the share of thread time spent running nodes.
+    pub utilization: f64,
+}
+
+/// Simulates one run of `graph` under `options` with the graph's current estimates.
+///
+/// Fails with [`ErrorKind::InvalidArgument`] when `threads` is 0, and with
+/// [`ErrorKind::MemoryLimit`] when a node's outputs can never fit: larger than the limit, or
+/// blocked by live values while nothing is running that could free them.
+pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
+    if options.threads == 0 {
+        return err(ErrorKind::InvalidArgument, "threads must be at least 1");
+    }
+    let prio = graph.priorities();
+    let n = graph.node_count();
+    let limit = options.memory_limit_bytes;
+    let cap = match options.window {
+        0 => options.threads,
+        w => w.min(options.threads),
+    };
+    let value_bytes = |v: u32| match graph.value_size(v) {
+        OutputSize::Bytes(b) => b as u64,
+        OutputSize::Dynamic => 0,
+    };
+    // The executor's admission reserves exactly these bytes.
+    let need = |node: u32| prio.output_bytes[node as usize];
+
+    // A node larger than the limit blocks the run whatever else happens: name it rather than
+    // whichever node the simulation would get stuck on first.
+    if limit > 0 {
+        for &node in graph.topological_order() {
+            let bytes = need(node);
+            if !graph.is_graph_input(node) && bytes > limit {
+                return err(
+                    ErrorKind::MemoryLimit,
+                    format!(
+                        "node {} needs {bytes} bytes for its outputs, more than the whole {limit}-byte memory limit",
+                        graph.node_label(node)
+                    ),
+                );
+            }
+        }
+    }
+
+    let mut ready = ReadySet::new(graph, &prio, options.policy);
+    let mut pending = prio.initial_pending.clone();
+    // Consumer slots still to finish per value; graph inputs' entries are never touched.
+    let mut remaining: Vec<u32> = (0..graph.value_count() as u32).map(|v| graph.consumers(v)).collect();
+    // (finish time, node): ties finish in node id order.
+    let mut running: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(cap.min(n));
+    let mut batch = prio.roots.clone();
+    ready.add(&mut batch, &prio.rank, need);
+
+    let (mut now, mut live, mut peak, mut nodes_run) = (0u64, 0u64, 0u64, 0u64);
+    loop {
+        // Start what the policy prefers while threads are free and outputs fit.
+        while running.len() < cap {
+            let budget = if limit == 0 { FITS_ANY } else { limit - live };
+            let Some(slot) = ready.first_fitting(budget) else { break };
+            let (node, bytes) = ready.take(slot);
+            live = live.saturating_add(bytes);
+            peak = peak.max(live);
+            running.push(Reverse((now.saturating_add(prio.weight[node as usize]), node)));
+            nodes_run += 1;
+        }
+        let Some(&Reverse((next, _))) = running.peek() else {
+            break;
+        };
+        // Everything finishing at the same instant completes before anything new starts.
+        now = next;
+        while let Some(&Reverse((t, node))) = running.peek() {
+            if t != now {
+                break;
+            }
+            running.pop();
+            let mut release = |v: u32| {
+                if !graph.is_graph_output(v) {
+                    live -= value_bytes(v);
+                }
+            };
+            for v in graph.node_values(node) {
+                if remaining[v as usize] == 0 {
+                    release(v);
+                }
+            }
+            for &v in graph.node_inputs(node) {
+                if graph.is_graph_input(graph.value_producer(v)) {
+                    continue;
+                }
+                remaining[v as usize] -= 1;
+                if remaining[v as usize] == 0 {
+                    release(v);
+                }
+            }
+            for &s in prio.successors(node) {
+                pending[s as usize] -= 1;
+                if pending[s as usize] == 0 {
+                    batch.push(s);
+                }
+            }
+        }
+        ready.add(&mut batch, &prio.rank, need);
+    }
+
+    // Nothing runs: either every node ran, or the memory limit holds the rest back.
+    if let Some(slot) = ready.first_fitting(FITS_ANY) {
+        let (node, bytes) = ready.take(slot);
+        return err(
+            ErrorKind::MemoryLimit,
+            format!(
+                "node {} needs {bytes} bytes for its outputs, but {live} of the {limit}-byte memory limit are live \
+                 and nothing else is running to free them",
+                graph.node_label(node)
+            ),
+        );
+    }
+    debug_assert_eq!(
+        nodes_run as usize,
+        n - graph.graph_inputs().len(),
+        "every operator node ran"
+    );
+
+    let threads = options.threads as u64;
+    let (work_ns, critical_path_ns) = (prio.total_work_ns, prio.critical_path_ns);
+    Ok(SimResult {
+        makespan_ns: now,
+        makespan_lb_ns: critical_path_ns.max(work_ns.div_ceil(threads)),
+        critical_path_ns,
+        work_ns,
+        peak_live_bytes: peak,
+        nodes_run,
+        utilization: if now == 0 {
+            1.0
+        } else {
+            work_ns as f64 / (now as f64 * threads as f64)
+        },
+    })
+}
+
+/// Tree entry of a slot with no ready node: fits no budget.
+const EMPTY: u64 = u64::MAX;
+/// A budget every ready node fits (node outputs are at most `isize::MAX` bytes).
+const FITS_ANY: u64 = u64::MAX - 1;
+
+/// Ready nodes in policy order. Each node gets a slot when it becomes ready (its rank, or the
+/// next readiness sequence number under FIFO, ties in topological order); a min-tree over the
+/// slots holds the bytes each node's outputs need, [`EMPTY`] for free slots.
+struct ReadySet {
+    /// Implicit binary tree: leaves at `leaves..2 * leaves`, each inner entry the min of its two.
+    tree: Vec<u64>,
+    leaves: usize,
+    node_at: Vec<u32>,
+    /// FIFO only: topological position per node; `None` orders by rank.
+    position: Option<Vec<u32>>,
+    next_seq: u32,
+}
+
+impl ReadySet {
+    fn new(graph: &Graph, prio: &Priorities, policy: Policy) -> Self {
+        let n = graph.node_count();
+        let leaves = n.next_power_of_two().max(1);
+        let position = (policy == Policy::Fifo).then(|| {
+            let mut position = vec![0u32; n];
+            for (i, &v) in graph.topological_order().iter().enumerate() {
+                position[v as usize] = i as u32;
+            }
+            position
+        });
+        debug_assert_eq!(prio.rank.len(), n);
+        ReadySet {
+            tree: vec![EMPTY; 2 * leaves],
+            leaves,
+            node_at: vec![0; n],
+            position,
+            next_seq: 0,
+        }
+    }
+
+    /// Makes the nodes of `batch`, which became ready at the same instant, ready; empties it.
+    fn add(&mut self, batch: &mut Vec<u32>, rank: &[u32], need: impl Fn(u32) -> u64) {
+        if let Some(position) = &self.position {
+            batch.sort_unstable_by_key(|&v| position[v as usize]);
+        }
+        for &node in batch.iter() {
+            let slot = match self.position {
+                Some(_) => {
+                    self.next_seq += 1;
+                    self.next_seq - 1
+                }
+                None => rank[node as usize],
+            } as usize;
+            self.node_at[slot] = node;
+            self.set(slot, need(node));
+        }
+        batch.clear();
+    }
+
+    /// The first slot in policy order whose node needs at most `budget` bytes.
+    fn first_fitting(&self, budget: u64) -> Option<usize> {
+        if self.tree[1] > budget {
+            return None;
+        }
+        let mut i = 1;
+        while i < self.leaves {
+            i *= 2;
+            if self.tree[i] > budget {
+                i += 1;
+            }
+        }
+        Some(i - self.leaves)
+    }
+
+    /// Removes the node in `slot`: (node, bytes its outputs need).
+    fn take(&mut self, slot: usize) -> (u32, u64) {
+        let bytes = self.tree[self.leaves + slot];
+        self.set(slot, EMPTY);
+        (self.node_at[slot], bytes)
+    }
+
+    fn set(&mut self, slot: usize, value: u64) {
+        let mut i = self.leaves + slot;
+        self.tree[i] = value;
+        while i > 1 {
+            i /= 2;
+            let min = self.tree[2 * i].min(self.tree[2 * i + 1]);
+            if self.tree[i] == min {
+                break; // ancestors already agree
+            }
+            self.tree[i] = min;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{GraphBuilder, NodeDesc, ValueRef};
+
+    fn node(name: &str, est: u64, bytes: usize, inputs: &[u32]) -> NodeDesc {
+        let mut d = NodeDesc::new(name, "Op", Box::new(|_| Ok(())))
+            .output(bytes)
+            .estimate_ns(est);
+        for &i in inputs {
+            d = d.input(ValueRef::new(i, 0));
+        }
+        d
+    }
+
+    fn add(b: &mut GraphBuilder, name: &str, est: u64, bytes: usize, inputs: &[u32]) -> u32 {
+        b.add_node(node(name, est, bytes, inputs)).unwrap()
+    }
+
+    fn opts(threads: usize, policy: Policy, window: usize, memory_limit_bytes: u64) -> SimOptions {
+        SimOptions {
+            threads,
+            policy,
+            window,
+            memory_limit_bytes,
+        }
+    }
+
+    fn sim(g: &Graph, threads: usize, policy: Policy) -> SimResult {
+        simulate(g, &opts(threads, policy, 0, 0)).unwrap()
+    }
+
+    const POLICIES: [Policy; 2] = [Policy::CriticalPath, Policy::Fifo];
+
+    #[test]
+    fn zero_threads_is_refused() {
+        let mut b = GraphBuilder::new();
+        add(&mut b, "a", 1, 8, &[]);
+        let g = b.finalize().unwrap();
+        let e = simulate(&g, &opts(0, Policy::CriticalPath, 0, 0)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(e.message(), "threads must be at least 1");
+        let r = simulate(&g, &SimOptions::default()).unwrap();
+        assert_eq!((r.makespan_ns, r.nodes_run, r.utilization), (1, 1, 1.0));
+    }
+
+    #[test]
+    fn a_chain_takes_the_sum_of_its_estimates_on_any_thread_count() {
+        let mut b = GraphBuilder::new();
+        let input = b.add_input("x", 1 << 20).unwrap();
+        let mut prev = add(&mut b, "n0", 3, 64, &[input.node]);
+        let mut sum = 3;
+        for i in 1..20u64 {
+            let est = 1 + (7 * i) % 13;
+            sum += est;
+            prev = add(&mut b, &format!("n{i}"), est, 64, &[prev]);
+        }
+        b.mark_output(ValueRef::new(prev, 0)).unwrap();
+        let g = b.finalize().unwrap();
+        for threads in [1, 2, 3, 8, 64] {
+            for policy in POLICIES {
+                let r = sim(&g, threads, policy);
+                assert_eq!(r.makespan_ns, sum, "{threads} threads, {policy:?}");
+                assert_eq!((r.critical_path_ns, r.work_ns, r.makespan_lb_ns), (sum, sum, sum));
+                assert_eq!(r.nodes_run, 20);
+                // Two neighbours live while the second runs; the 1 MiB input is the caller's.
+                assert_eq!(r.peak_live_bytes, 128);
+                let expected = 1.0 / threads as f64;
+                assert!((r.utilization - expected).abs() < 1e-12, "{}", r.utilization);
+            }
+        }
+    }
+
+    #[test]
+    fn independent_equal_nodes_run_in_waves() {
+        let (k, d) = (10u64, 7u64);
+        let mut b = GraphBuilder::new();
+        for i in 0..k {
+            add(&mut b, &format!("n{i}"), d, 8, &[]);
+        }
+        let g = b.finalize().unwrap();
+        for threads in 1..=12u64 {
+            for policy in POLICIES {
+                let r = sim(&g, threads as usize, policy);
+                assert_eq!(r.makespan_ns, k.div_ceil(threads) * d, "{threads} threads, {policy:?}");
+                assert_eq!(r.makespan_lb_ns, d.max((k * d).div_ceil(threads)));
+                assert_eq!(r.peak_live_bytes, 8 * k.min(threads));
+            }
+        }
+    }
+
+    #[test]
+    fn critical_path_first_beats_fifo_on_a_fork_join() {
+        // Three short nodes come first in id (and topological) order, so FIFO starts two of them
+        // before the long chain's head; critical-path order starts the chain at once.
+        let mut b = GraphBuilder::new();
+        let shorts: Vec<u32> = (0..3).map(|i| add(&mut b, &format!("s{i}"), 5, 8, &[])).collect();
+        let c1 = add(&mut b, "c1", 10, 8, &[]);
+        let c2 = add(&mut b, "c2", 10, 8, &[c1]);
+        let c3 = add(&mut b, "c3", 10, 8, &[c2]);
+        let join = add(&mut b, "join", 1, 8, &[shorts[0], shorts[1], shorts[2], c3]);
+        b.mark_output(ValueRef::new(join, 0)).unwrap();
+        let g = b.finalize().unwrap();
+        let cp = sim(&g, 2, Policy::CriticalPath);
+        let fifo = sim(&g, 2, Policy::Fifo);
+        assert_eq!((cp.critical_path_ns, cp.work_ns, cp.makespan_lb_ns), (31, 46, 31));
+        assert_eq!(cp.makespan_ns, 31, "the chain never waits");
+        assert_eq!(fifo.makespan_ns, 36, "the chain's head waits for two short nodes");
+        assert_eq!(fifo.makespan_lb_ns, 31);
+        assert!((cp.utilization - 46.0 / 62.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_window_caps_nodes_in_flight() {
+        let mut b = GraphBuilder::new();
+        let mut sum = 0;
+        for i in 0..16u64 {
+            let est = 1 + (i * 5) % 11;
+            sum += est;
+            add(&mut b, &format!("n{i}"), est, 8, &[]);
+        }
+        let g = b.finalize().unwrap();
+        for policy in POLICIES {
+            let serial = simulate(&g, &opts(8, policy, 1, 0)).unwrap();
+            assert_eq!(serial.makespan_ns, sum);
+            assert_eq!(serial.peak_live_bytes, 8);
+            assert!(serial.makespan_lb_ns < sum, "the bound still counts 8 threads");
+            let four = simulate(&g, &opts(8, policy, 4, 0)).unwrap();
+            assert_eq!(four.makespan_ns, sim(&g, 4, policy).makespan_ns);
+            assert!(four.makespan_ns < sim(&g, 3, policy).makespan_ns);
+            let wide = simulate(&g, &opts(2, policy, 100, 0)).unwrap();
+            assert_eq!(
+                wide,
+                sim(&g, 2, policy),
+                "a window wider than the threads changes nothing"
+            );
+        }
+    }
+
+    /// `a` feeds two branches of a 1000-byte node then a 100-byte node; `j` joins them.
+    fn two_branches() -> Graph {
+        let mut b = GraphBuilder::new();
+        let a = add(&mut b, "a", 10, 100, &[]);
+        let b1 = add(&mut b, "b1", 10, 1000, &[a]);
+        let b2 = add(&mut b, "b2", 10, 100, &[b1]);
+        let c1 = add(&mut b, "c1", 10, 1000, &[a]);
+        let c2 = add(&mut b, "c2", 10, 100, &[c1]);
+        let j = add(&mut b, "j", 1, 10, &[b2, c2]);
+        b.mark_output(ValueRef::new(j, 0)).unwrap();
+        b.finalize().unwrap()
+    }
+
+    #[test]
+    fn a_memory_limit_serializes_wide_branches() {
+        let g = two_branches();
+        let free = sim(&g, 2, Policy::CriticalPath);
+        assert_eq!((free.makespan_ns, free.peak_live_bytes), (31, 2200));
+        let tight = simulate(&g, &opts(2, Policy::CriticalPath, 0, 1300)).unwrap();
+        // b1 and c1 cannot be live together: one branch at a time.
+        assert_eq!((tight.makespan_ns, tight.peak_live_bytes), (51, 1200));
+        assert!(tight.makespan_ns > free.makespan_ns);
+        for limit in (1200..=2400).step_by(50) {
+            for policy in POLICIES {
+                let r = simulate(&g, &opts(2, policy, 0, limit)).unwrap();
+                assert!(r.peak_live_bytes <= limit, "peak {} over {limit}", r.peak_live_bytes);
+                assert!((31..=51).contains(&r.makespan_ns), "{}", r.makespan_ns);
+            }
+        }
+        let same = simulate(&g, &opts(2, Policy::CriticalPath, 0, 2200)).unwrap();
+        assert_eq!(same, free, "a limit at the free run's peak changes nothing");
+    }
+
+    #[test]
+    fn a_node_that_fits_goes_ahead_of_one_that_does_not() {
+        // Rank order: big (slack 0), hold, reader (slack 9), small (slack 18).
+        let mut b = GraphBuilder::new();
+        let hold = add(&mut b, "hold", 1, 600, &[]);
+        add(&mut b, "reader", 10, 8, &[hold]);
+        add(&mut b, "big", 20, 500, &[]);
+        add(&mut b, "small", 2, 100, &[]);
+        let g = b.finalize().unwrap();
+        let free = sim(&g, 2, Policy::CriticalPath);
+        // t=0 big and hold; t=1 reader (500 + 600 + 8 live); t=11 small; big ends at 20.
+        assert_eq!((free.makespan_ns, free.peak_live_bytes), (20, 1108));
+        // t=0 big starts; hold (600 more) does not fit, small (100) goes ahead of it. Hold waits
+        // for big's release at t=20 and starts then, reader follows: 20 + 1 + 10.
+        let r = simulate(&g, &opts(2, Policy::CriticalPath, 0, 1000)).unwrap();
+        assert_eq!((r.makespan_ns, r.peak_live_bytes, r.nodes_run), (31, 608, 4));
+    }
+
+    #[test]
+    fn memory_limit_errors_name_the_node_and_the_bytes() {
+        let g = two_branches();
+        let e = simulate(&g, &opts(2, Policy::CriticalPath, 0, 900)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MemoryLimit);
+        assert!(e.message().contains("'b1' (op Op)"), "{}", e.message());
+        assert!(e.message().contains("1000 bytes"), "{}", e.message());
+        assert!(e.message().contains("900-byte memory limit"), "{}", e.message());
+        // b1's 1000 bytes and a's 100 stay live until b2 or c1 runs, and neither fits next to them.
+        let e = simulate(&g, &opts(2, Policy::CriticalPath, 0, 1150)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MemoryLimit);
+        assert_eq!(
+            e.message(),
+            "node 'b2' (op Op) needs 100 bytes for its outputs, but 1100 of the 1150-byte memory limit are live \
+             and nothing else is running to free them"
+        );
+    }
+
+    #[test]
+    fn graph_outputs_stay_live_and_unread_values_go_with_their_producer() {
+        let mut b = GraphBuilder::new();
+        let x = b.add_input("x", 1 << 20).unwrap();
+        let p = b
+            .add_node(
+                NodeDesc::new("p", "Op", Box::new(|_| Ok(())))
+                    .input(x)
+                    .output(1000)
+                    .output(500)
+                    .estimate_ns(1),
+            )
+            .unwrap();
+        let q = add(&mut b, "q", 1, 1000, &[p]);
+        let r = b.add_node(node("r", 1, 1000, &[q]).dynamic_output()).unwrap();
+        b.mark_output(ValueRef::new(p, 0)).unwrap();
+        b.mark_output(ValueRef::new(r, 0)).unwrap();
+        let g = b.finalize().unwrap();
+        // r starts with p's output (held), q's (r reads it) and its own: 3000. Without the hold
+        // it would be 2000; without releasing p's unread 500 bytes, 3500.
+        let res = sim(&g, 1, Policy::CriticalPath);
+        assert_eq!(res.peak_live_bytes, 3000);
+        assert_eq!(res.makespan_ns, 3);
+        let e = simulate(&g, &opts(1, Policy::CriticalPath, 0, 2999)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MemoryLimit);
+        assert!(e.message().contains("'r'"), "{}", e.message());
+        assert!(e.message().contains("2000 of the 2999-byte"), "{}", e.message());
+    }
+
+    /// xorshift64*: seeded, so every failure reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+        }
+    }
+
+    fn random_dag(seed: u64) -> (Graph, u64) {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut b = GraphBuilder::new();
+        let mut values: Vec<ValueRef> = (0..rng.below(3))
+            .map(|i| b.add_input(&format!("in{i}"), 1 + rng.below(4096) as usize).unwrap())
+            .collect();
+        let ops = 1 + rng.below(40);
+        for i in 0..ops {
+            let est = if rng.below(8) == 0 { 0 } else { 1 + rng.below(100) };
+            let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).estimate_ns(est);
+            for _ in 0..rng.below(4).min(values.len() as u64) {
+                // Mostly recent values, so the graphs have some depth.
+                let back = rng.below(values.len().min(8) as u64) as usize;
+                d = d.input(values[values.len() - 1 - back]);
+            }
+            for _ in 0..1 + rng.below(2) {
+                d = if rng.below(6) == 0 {
+                    d.dynamic_output()
+                } else {
+                    d.output(1 + rng.below(1000) as usize)
+                };
+            }
+            let outputs = d.outputs.len() as u32;
+            let id = b.add_node(d).unwrap();
+            for k in 0..outputs {
+                values.push(ValueRef::new(id, k));
+                if rng.below(5) == 0 {
+                    b.mark_output(ValueRef::new(id, k)).unwrap();
+                }
+            }
+        }
+        (b.finalize().unwrap(), ops)
+    }
+
+    #[test]
+    fn random_dags_respect_the_bounds() {
+        for seed in 0..300 {
+            let (g, ops) = random_dag(seed);
+            for threads in 1..=8usize {
+                for policy in POLICIES {
+                    let r = sim(&g, threads, policy);
+                    eprintln!("UTIL {:.2} {}", r.utilization, r.makespan_ns > r.makespan_lb_ns);
+                    let ctx = format!("seed {seed}, {threads} threads, {policy:?}: {r:?}");
+                    let (t, w, c) = (threads as u64, r.work_ns, r.critical_path_ns);
+                    assert_eq!(r.nodes_run, ops, "{ctx}");
+                    assert!(r.makespan_ns >= r.makespan_lb_ns, "{ctx}");
+                    // Graham: a greedy schedule is within work/t + (1 - 1/t) * critical path.
+                    assert!(t * r.makespan_ns <= w + (t - 1) * c, "{ctx}");
+                    if threads == 1 {
+                        assert_eq!((r.makespan_ns, r.makespan_lb_ns), (w, w), "{ctx}");
+                    }
+                    assert_eq!(simulate(&g, &opts(threads, policy, 0, 0)).unwrap(), r, "{ctx}");
+                    if r.peak_live_bytes == 0 {
+                        continue;
+                    }
+                    // The free run never exceeded its peak, so that limit turns nothing away.
+                    let at_peak = simulate(&g, &opts(threads, policy, 0, r.peak_live_bytes)).unwrap();
+                    assert_eq!(at_peak, r, "{ctx}");
+                    match simulate(&g, &opts(threads, policy, 0, r.peak_live_bytes / 2)) {
+                        Ok(half) => {
+                            eprintln!("HALF_OK {}", half.makespan_ns > r.makespan_ns);
+                            assert!(half.peak_live_bytes <= r.peak_live_bytes / 2, "{ctx}");
+                            assert!(half.makespan_ns >= half.makespan_lb_ns, "{ctx}");
+                            assert_eq!(half.nodes_run, ops, "{ctx}");
+                        }
+                        Err(e) => { eprintln!("HALF_ERR"); assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{ctx}: {e}") }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod perf {
+    use super::*;
+    use crate::graph::{GraphBuilder, NodeDesc, ValueRef};
+    #[test]
+    #[ignore]
+    fn million() {
+        let mut b = GraphBuilder::new();
+        let width = 64u32;
+        for i in 0..1_000_000u32 {
+            let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).output(64 + (i % 7) as usize * 64).estimate_ns(1 + (i as u64 * 2654435761) % 1000);
+            if i >= width { d = d.input(ValueRef::new(i - width, 0)); d = d.input(ValueRef::new(i - 1 - (i * 7919) % (width-1), 0)); }
+            b.add_node(d).unwrap();
+        }
+        let g = b.finalize().unwrap();
+        let t = std::time::Instant::now();
+        let _p = g.priorities();
+        eprintln!("priorities {:?}", t.elapsed());
+        for (threads, policy, limit) in [(8, Policy::CriticalPath, 0), (64, Policy::Fifo, 0), (64, Policy::CriticalPath, 20_000)] {
+            let t = std::time::Instant::now();
+            let r = simulate(&g, &SimOptions { threads, policy, window: 0, memory_limit_bytes: limit });
+            eprintln!("{threads} {policy:?} {limit} {:?} {:?}", t.elapsed(), r);
+        }
+    }
+}
