@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::{Ledger, Rng};
-use graphsched::{run, ErrorKind, Executor, GraphBuilder, Kernel, KernelCtx, NodeDesc, Policy, Pool, RunOptions, ValueRef};
+use graphsched::{
+    run, ErrorKind, Executor, GraphBuilder, Kernel, KernelCtx, NodeDesc, Policy, Pool, RunOptions, ValueRef,
+};
 
 /// Per node: whether it ran, and how many times.
 struct Witness {
@@ -64,11 +66,21 @@ fn witnessed_dag(rng: &mut Rng, nodes: usize, fail_at: Option<usize>) -> (graphs
     let mut read = std::collections::HashSet::new();
     for n in 0..nodes {
         let fan_in = if values.is_empty() { 0 } else { rng.below(4) };
-        let ins: Vec<ValueRef> = (0..fan_in).map(|_| values[rng.below(values.len() as u64) as usize]).collect();
+        let ins: Vec<ValueRef> = (0..fan_in)
+            .map(|_| values[rng.below(values.len() as u64) as usize])
+            .collect();
         let outs = 1 + rng.below(2) as usize;
-        let inner: Kernel = if fail_at == Some(n) { Box::new(|_| Err("planned failure".into())) } else { ledger.kernel(ins.clone()) };
-        let mut d = NodeDesc::new(format!("n{n}"), format!("op{}", n % 3), witness.wrap(n as u32, ins.clone(), inner))
-            .estimate_ns(1 + rng.below(100));
+        let inner: Kernel = if fail_at == Some(n) {
+            Box::new(|_| Err("planned failure".into()))
+        } else {
+            ledger.kernel(ins.clone())
+        };
+        let mut d = NodeDesc::new(
+            format!("n{n}"),
+            format!("op{}", n % 3),
+            witness.wrap(n as u32, ins.clone(), inner),
+        )
+        .estimate_ns(1 + rng.below(100));
         for &v in &ins {
             d = d.input(v);
             read.insert(v);
@@ -98,13 +110,26 @@ fn every_node_runs_once_after_its_inputs_on_1_to_8_threads() {
         let (graph, witness, _) = witnessed_dag(&mut rng, nodes, None);
         let graph = Arc::new(graph);
         for (i, executor) in executors.iter().enumerate() {
-            let policy = if (seed + i as u64) % 3 == 0 { Policy::Fifo } else { Policy::CriticalPath };
+            let policy = if (seed + i as u64) % 3 == 0 {
+                Policy::Fifo
+            } else {
+                Policy::CriticalPath
+            };
             witness.reset();
-            let options = RunOptions { executor: Some(executor), policy, ..Default::default() };
+            let options = RunOptions {
+                executor: Some(executor),
+                policy,
+                ..Default::default()
+            };
             let result = run(&graph, &pool, &options).unwrap_or_else(|e| panic!("seed {seed}, {} threads: {e}", i + 1));
             assert_eq!(result.stats().nodes_run as usize, nodes);
             for (n, c) in witness.count.iter().enumerate() {
-                assert_eq!(c.load(Ordering::SeqCst), 1, "seed {seed}, {} threads: node {n} ran a wrong number of times", i + 1);
+                assert_eq!(
+                    c.load(Ordering::SeqCst),
+                    1,
+                    "seed {seed}, {} threads: node {n} ran a wrong number of times",
+                    i + 1
+                );
             }
             graphs += 1;
         }
@@ -122,7 +147,11 @@ fn the_window_caps_concurrent_nodes() {
     let graph = Arc::new(graph);
     for window in [1usize, 2] {
         witness.reset();
-        let options = RunOptions { executor: Some(&executor), window, ..Default::default() };
+        let options = RunOptions {
+            executor: Some(&executor),
+            window,
+            ..Default::default()
+        };
         run(&graph, &pool, &options).unwrap();
         let most = witness.most_running.load(Ordering::SeqCst);
         assert!(most <= window, "window {window}, but {most} nodes ran at once");
@@ -139,8 +168,13 @@ fn a_failure_stops_the_run_returns_every_buffer_and_the_graph_runs_again() {
         let fail_at = rng.below(nodes as u64) as usize;
         let (graph, witness, _) = witnessed_dag(&mut rng, nodes, Some(fail_at));
         let graph = Arc::new(graph);
-        let options = RunOptions { executor: Some(&executor), ..Default::default() };
-        let e = run(&graph, &pool, &options).err().expect("the planned failure stops the run");
+        let options = RunOptions {
+            executor: Some(&executor),
+            ..Default::default()
+        };
+        let e = run(&graph, &pool, &options)
+            .err()
+            .expect("the planned failure stops the run");
         assert_eq!(e.kind(), ErrorKind::KernelFailed, "seed {seed}: {e}");
         assert!(e.message().contains(&format!("'n{fail_at}'")), "seed {seed}: {e}");
         assert_eq!(pool.stats().live_bytes, 0, "seed {seed}: a failed run left buffers");
@@ -148,7 +182,15 @@ fn a_failure_stops_the_run_returns_every_buffer_and_the_graph_runs_again() {
     }
     // The same kind of graph without the failure runs fine on the same executor and pool.
     let (graph, _, _) = witnessed_dag(&mut Rng::new(1), 50, None);
-    run(&Arc::new(graph), &pool, &RunOptions { executor: Some(&executor), ..Default::default() }).unwrap();
+    run(
+        &Arc::new(graph),
+        &pool,
+        &RunOptions {
+            executor: Some(&executor),
+            ..Default::default()
+        },
+    )
+    .unwrap();
 }
 
 #[test]
@@ -157,20 +199,33 @@ fn concurrent_runs_share_graph_executor_and_pool() {
     let pool = Arc::new(Pool::default());
     let (graph, _, ledger) = witnessed_dag(&mut Rng::new(99), 150, None);
     let graph = Arc::new(graph);
-    let options = RunOptions { executor: Some(&executor), ..Default::default() };
+    let options = RunOptions {
+        executor: Some(&executor),
+        ..Default::default()
+    };
     let reference: Vec<u64> = {
         let r = run(&graph, &pool, &options).unwrap();
-        graph.graph_outputs().iter().map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap())).collect()
+        graph
+            .graph_outputs()
+            .iter()
+            .map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap()))
+            .collect()
     };
     let _ = ledger;
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
-                let options = RunOptions { executor: Some(&executor), ..Default::default() };
+                let options = RunOptions {
+                    executor: Some(&executor),
+                    ..Default::default()
+                };
                 for _ in 0..30 {
                     let r = run(&graph, &pool, &options).unwrap();
-                    let got: Vec<u64> =
-                        graph.graph_outputs().iter().map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap())).collect();
+                    let got: Vec<u64> = graph
+                        .graph_outputs()
+                        .iter()
+                        .map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap()))
+                        .collect();
                     assert_eq!(got, reference);
                 }
             });
@@ -191,16 +246,32 @@ fn the_memory_limit_holds_at_every_instant() {
         let info = graph.info();
         // Graph outputs stay live to the end: room for them and the largest node, plus a third
         // of everything else.
-        let outputs: u64 = graph.graph_outputs().iter().map(|&v| graph.value_size(v).bytes().unwrap() as u64).sum();
+        let outputs: u64 = graph
+            .graph_outputs()
+            .iter()
+            .map(|&v| graph.value_size(v).bytes().unwrap() as u64)
+            .sum();
         let floor = outputs + info.node_lower_bound_bytes;
         let limit = floor + info.static_bytes.saturating_sub(floor) / 3;
         let pool = Arc::new(Pool::default());
-        let options = RunOptions { executor: Some(&executor), memory_limit_bytes: limit, ..Default::default() };
+        let options = RunOptions {
+            executor: Some(&executor),
+            memory_limit_bytes: limit,
+            ..Default::default()
+        };
         match run(&graph, &pool, &options) {
             Ok(result) => {
                 succeeded += 1;
-                assert!(result.stats().peak_live_bytes <= limit, "seed {seed}: run peak {} over {limit}", result.stats().peak_live_bytes);
-                assert!(pool.stats().peak_live_bytes <= limit, "seed {seed}: pool peak {} over {limit}", pool.stats().peak_live_bytes);
+                assert!(
+                    result.stats().peak_live_bytes <= limit,
+                    "seed {seed}: run peak {} over {limit}",
+                    result.stats().peak_live_bytes
+                );
+                assert!(
+                    pool.stats().peak_live_bytes <= limit,
+                    "seed {seed}: pool peak {} over {limit}",
+                    pool.stats().peak_live_bytes
+                );
             }
             Err(e) => {
                 assert_eq!(e.kind(), ErrorKind::MemoryLimit, "seed {seed}: {e}");
@@ -215,16 +286,32 @@ fn the_memory_limit_holds_at_every_instant() {
 #[test]
 fn an_impossible_limit_fails_naming_the_node_instead_of_hanging() {
     let mut b = GraphBuilder::new();
-    let a = b.add_node(NodeDesc::new("small", "Op", Box::new(|_| Ok(()))).output(100)).unwrap();
-    b.add_node(NodeDesc::new("big", "Op", Box::new(|_| Ok(()))).input(ValueRef::new(a, 0)).output(10_000)).unwrap();
+    let a = b
+        .add_node(NodeDesc::new("small", "Op", Box::new(|_| Ok(()))).output(100))
+        .unwrap();
+    b.add_node(
+        NodeDesc::new("big", "Op", Box::new(|_| Ok(())))
+            .input(ValueRef::new(a, 0))
+            .output(10_000),
+    )
+    .unwrap();
     let graph = Arc::new(b.finalize().unwrap());
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
     for executor in [None, Some(&executor)] {
-        let options = RunOptions { executor, memory_limit_bytes: 5_000, ..Default::default() };
-        let e = run(&graph, &pool, &options).err().unwrap_or_else(|| panic!("executor {}: the run succeeded", executor.is_some()));
+        let options = RunOptions {
+            executor,
+            memory_limit_bytes: 5_000,
+            ..Default::default()
+        };
+        let e = run(&graph, &pool, &options)
+            .err()
+            .unwrap_or_else(|| panic!("executor {}: the run succeeded", executor.is_some()));
         assert_eq!(e.kind(), ErrorKind::MemoryLimit);
-        assert!(e.message().contains("'big'") && e.message().contains("10000 bytes") && e.message().contains("5000"), "{e}");
+        assert!(
+            e.message().contains("'big'") && e.message().contains("10000 bytes") && e.message().contains("5000"),
+            "{e}"
+        );
         assert_eq!(pool.stats().live_bytes, 0);
     }
 }
@@ -242,27 +329,60 @@ fn estimates_are_learned_and_priorities_follow_them() {
             Ok(())
         })
     };
-    let slow = b.add_node(NodeDesc::new("slow", "Slow", spin(2000)).output(16)).unwrap();
-    let fast = b.add_node(NodeDesc::new("fast", "Fast", spin(20)).output(16)).unwrap();
-    b.add_node(NodeDesc::new("sink", "Fast", spin(20)).input(ValueRef::new(slow, 0)).input(ValueRef::new(fast, 0)).output(16))
+    let slow = b
+        .add_node(NodeDesc::new("slow", "Slow", spin(2000)).output(16))
         .unwrap();
+    let fast = b.add_node(NodeDesc::new("fast", "Fast", spin(20)).output(16)).unwrap();
+    b.add_node(
+        NodeDesc::new("sink", "Fast", spin(20))
+            .input(ValueRef::new(slow, 0))
+            .input(ValueRef::new(fast, 0))
+            .output(16),
+    )
+    .unwrap();
     let graph = Arc::new(b.finalize().unwrap());
     let before = graph.priorities();
-    assert_eq!(before.slack[slow as usize], before.slack[fast as usize], "equal defaults: no preference yet");
+    assert_eq!(
+        before.slack[slow as usize], before.slack[fast as usize],
+        "equal defaults: no preference yet"
+    );
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
     for _ in 0..5 {
-        run(&graph, &pool, &RunOptions { executor: Some(&executor), ..Default::default() }).unwrap();
+        run(
+            &graph,
+            &pool,
+            &RunOptions {
+                executor: Some(&executor),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     }
     let learned_slow = graph.learned_op_ns(graph.op_index(slow));
     let learned_fast = graph.learned_op_ns(graph.op_index(fast));
     assert!(learned_slow >= 1_500_000, "learned {learned_slow} ns for a 2 ms kernel");
-    assert!(learned_fast < learned_slow / 10, "fast {learned_fast} vs slow {learned_slow}");
+    assert!(
+        learned_fast < learned_slow / 10,
+        "fast {learned_fast} vs slow {learned_slow}"
+    );
     let after = graph.priorities();
     assert!(!Arc::ptr_eq(&before, &after), "priorities were recomputed");
-    assert_eq!(after.slack[slow as usize], 0, "the slow node is now on the critical path");
+    assert_eq!(
+        after.slack[slow as usize], 0,
+        "the slow node is now on the critical path"
+    );
     assert!(after.slack[fast as usize] > 0);
     // Frozen estimates are left alone.
-    run(&graph, &pool, &RunOptions { executor: Some(&executor), freeze_estimates: true, ..Default::default() }).unwrap();
+    run(
+        &graph,
+        &pool,
+        &RunOptions {
+            executor: Some(&executor),
+            freeze_estimates: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(graph.learned_op_ns(graph.op_index(slow)), learned_slow);
 }

@@ -45,8 +45,15 @@ fn checksums_hold_and_buffers_come_back_on_random_dags() {
         let pool = pool();
         for round in 0..3 {
             let before = pool.stats();
-            let result =
-                run(&graph, &pool, &RunOptions { inputs: &bindings, ..Default::default() }).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let result = run(
+                &graph,
+                &pool,
+                &RunOptions {
+                    inputs: &bindings,
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             for &out in graph.graph_outputs() {
                 let v = graph.value_ref(out);
                 assert_eq!(
@@ -156,7 +163,15 @@ fn dynamic_outputs_carry_size_and_shape_to_consumers() {
         tensor: input.tensor(),
     }];
     let pool = pool();
-    let result = run(&graph, &pool, &RunOptions { inputs: &binding, ..Default::default() }).unwrap();
+    let result = run(
+        &graph,
+        &pool,
+        &RunOptions {
+            inputs: &binding,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let kept = result.output_bytes(ValueRef::new(filter, 0)).unwrap();
     assert_eq!(kept.len(), 22);
     assert!(kept.iter().all(|&b| b != 0));
@@ -344,7 +359,16 @@ fn input_binding_errors() {
         (vec![InputBinding { value: x, tensor: null }], "NULL"),
     ];
     for (bindings, needle) in cases {
-        let e = run(&graph, &pool, &RunOptions { inputs: &bindings, ..Default::default() }).err().unwrap();
+        let e = run(
+            &graph,
+            &pool,
+            &RunOptions {
+                inputs: &bindings,
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
         assert_eq!(e.kind(), ErrorKind::InputBinding);
         assert!(e.message().contains(needle), "{e}");
     }
@@ -352,7 +376,15 @@ fn input_binding_errors() {
         value: x,
         tensor: buf.tensor(),
     }];
-    let result = run(&graph, &pool, &RunOptions { inputs: &ok, ..Default::default() }).unwrap();
+    let result = run(
+        &graph,
+        &pool,
+        &RunOptions {
+            inputs: &ok,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(
         result.output(ValueRef::new(n, 0)).unwrap_err().kind(),
         ErrorKind::NotAnOutput

@@ -70,14 +70,21 @@ impl Executor {
             n => n,
         };
         if threads > 4096 {
-            return err(ErrorKind::InvalidArgument, format!("{threads} threads asked for; at most 4096 are allowed"));
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("{threads} threads asked for; at most 4096 are allowed"),
+            );
         }
-        let locals: Vec<Vec<Worker<Task>>> =
-            (1..threads).map(|_| (0..BANDS).map(|_| Worker::new_fifo()).collect()).collect();
+        let locals: Vec<Vec<Worker<Task>>> = (1..threads)
+            .map(|_| (0..BANDS).map(|_| Worker::new_fifo()).collect())
+            .collect();
         let shared = Arc::new(Shared {
             threads,
             injectors: (0..BANDS).map(|_| Injector::new()).collect(),
-            stealers: locals.iter().map(|bands| bands.iter().map(Worker::stealer).collect()).collect(),
+            stealers: locals
+                .iter()
+                .map(|bands| bands.iter().map(Worker::stealer).collect())
+                .collect(),
             sleep: Sleep {
                 sleepers: AtomicUsize::new(0),
                 epoch: Mutex::new(0),
@@ -96,7 +103,10 @@ impl Executor {
                 Err(e) => {
                     let executor = Executor { shared, workers };
                     drop(executor); // stops the workers already started
-                    return err(ErrorKind::OutOfMemory, format!("could not start worker thread {index}: {e}"));
+                    return err(
+                        ErrorKind::OutOfMemory,
+                        format!("could not start worker thread {index}: {e}"),
+                    );
                 }
             }
         }
@@ -137,7 +147,9 @@ impl Executor {
                 std::hint::spin_loop();
                 continue;
             }
-            self.shared.sleep.sleep(|| state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work());
+            self.shared
+                .sleep
+                .sleep(|| state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work());
         }
     }
 }
@@ -170,7 +182,8 @@ impl Shared {
                 std::hint::spin_loop();
                 continue;
             }
-            self.sleep.sleep(|| !self.shutdown.load(Ordering::Acquire) && !self.has_work());
+            self.sleep
+                .sleep(|| !self.shutdown.load(Ordering::Acquire) && !self.has_work());
             idle_since = None;
         }
     }
@@ -253,14 +266,17 @@ impl Shared {
             let ready = std::mem::take(&mut scratch.ready);
             let next = state.continuation(node, &ready);
             let queued = if next.is_some() { &ready[1..] } else { &ready[..] };
-            state.active.fetch_add(queued.len(), Ordering::AcqRel);
-            self.push(run, queued, local);
+            if !queued.is_empty() {
+                state.active.fetch_add(queued.len(), Ordering::AcqRel);
+                self.push(run, queued, local);
+            }
             scratch.ready = ready;
             match next {
                 Some(n) => node = n,
                 None => break,
             }
         }
+        state.flush(scratch);
         // This task is done. If it is the run's last, nodes may still wait for memory.
         if state.active.load(Ordering::Acquire) == 1 {
             scratch.ready.clear();

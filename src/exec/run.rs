@@ -72,9 +72,14 @@ unsafe impl Sync for RunResult {}
 impl RunResult {
     /// The descriptor of graph output `value`.
     pub fn output(&self, value: ValueRef) -> Result<&Tensor> {
-        let Some(index) = (value.node < self.graph.node_count() as u32).then(|| self.graph.value_index(value)).flatten()
+        let Some(index) = (value.node < self.graph.node_count() as u32)
+            .then(|| self.graph.value_index(value))
+            .flatten()
         else {
-            return err(ErrorKind::UnknownValue, format!("value ({}, {}) does not exist in this graph", value.node, value.output));
+            return err(
+                ErrorKind::UnknownValue,
+                format!("value ({}, {}) does not exist in this graph", value.node, value.output),
+            );
         };
         match self.outputs.iter().find(|(v, _)| *v == index) {
             Some((_, slot)) => Ok(&slot.tensor),
@@ -164,18 +169,19 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
 fn in_topological_order(state: &RunState<'_>) {
     let mut scratch = Scratch::default();
     for &node in state.graph.topological_order() {
+        if state.failed() {
+            break;
+        }
         if state.graph.is_graph_input(node) {
             continue;
-        }
-        if state.failed() {
-            return;
         }
         if !state.admit(node) {
             // Nothing else runs, so nothing will free memory: this fails the run.
             scratch.ready.clear();
             state.resolve_stall(&mut scratch.ready);
-            return;
+            break;
         }
         state.execute(node, &mut scratch);
     }
+    state.flush(&mut scratch);
 }

@@ -44,14 +44,31 @@ impl Default for Slot {
     }
 }
 
-/// Per-thread scratch space reused by every node a thread executes.
+/// Per-thread scratch space reused by every node a thread executes, and counts kept per thread
+/// until `flush` adds them to the run (one atomic add per task instead of per node).
 #[derive(Default)]
 pub(super) struct Scratch {
     inputs: Vec<Tensor>,
     outputs: Vec<Tensor>,
     buffers: Vec<Buffer>,
     pub ready: Vec<u32>,
+    nodes_run: u64,
+    acquires: u64,
+    /// Nodes executed by this thread, for sampling kernel durations.
+    executed: u64,
+    /// Small blocks released by this thread's nodes, kept for its next nodes without a trip
+    /// through the pool's lock; back to the pool at `flush`.
+    cache: Vec<Buffer>,
 }
+
+/// Blocks up to this size may wait in a thread's cache (larger ones go straight back, so the
+/// pool can coalesce them), and at most `CACHE_BLOCKS` of them.
+const CACHE_MAX_BYTES: usize = 16 * 1024;
+const CACHE_BLOCKS: usize = 8;
+
+/// One node in this many has its kernel timed for the learned estimates (and every node of an
+/// op type not measured yet): reading the clock costs about as much as an empty kernel.
+const SAMPLE_EVERY: u64 = 8;
 
 /// Memory admission: the run's live bytes stay under `limit`. Ready nodes whose outputs do not
 /// fit wait in `waiting`, sorted most critical first; every release looks at them again. The
@@ -130,7 +147,9 @@ impl<'r> RunState<'r> {
             graph,
             pool,
             prio,
-            slots: (0..graph.value_count()).map(|_| UnsafeCell::new(Slot::default())).collect(),
+            slots: (0..graph.value_count())
+                .map(|_| UnsafeCell::new(Slot::default()))
+                .collect(),
             refs,
             pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
             active: AtomicUsize::new(0),
@@ -180,7 +199,10 @@ impl<'r> RunState<'r> {
             if node as usize >= g.node_count() || !g.is_graph_input(node) || b.value.output != 0 {
                 return err(
                     ErrorKind::InputBinding,
-                    format!("input binding {i} names value ({}, {}), which is not a graph input", node, b.value.output),
+                    format!(
+                        "input binding {i} names value ({}, {}), which is not a graph input",
+                        node, b.value.output
+                    ),
                 );
             }
             let name = g.node_name(node);
@@ -188,7 +210,10 @@ impl<'r> RunState<'r> {
             if bound[v as usize] != usize::MAX {
                 return err(
                     ErrorKind::InputBinding,
-                    format!("graph input '{name}' is bound twice (bindings {} and {i})", bound[v as usize]),
+                    format!(
+                        "graph input '{name}' is bound twice (bindings {} and {i})",
+                        bound[v as usize]
+                    ),
                 );
             }
             bound[v as usize] = i;
@@ -196,16 +221,25 @@ impl<'r> RunState<'r> {
             if b.tensor.nbytes != declared {
                 return err(
                     ErrorKind::InputBinding,
-                    format!("graph input '{name}' is declared as {declared} bytes but bound to {} bytes", b.tensor.nbytes),
+                    format!(
+                        "graph input '{name}' is declared as {declared} bytes but bound to {} bytes",
+                        b.tensor.nbytes
+                    ),
                 );
             }
             if b.tensor.data.is_null() {
-                return err(ErrorKind::InputBinding, format!("graph input '{name}' is bound to a NULL pointer"));
+                return err(
+                    ErrorKind::InputBinding,
+                    format!("graph input '{name}' is bound to a NULL pointer"),
+                );
             }
             if b.tensor.data as usize % ALIGNMENT != 0 {
                 return err(
                     ErrorKind::InputBinding,
-                    format!("graph input '{name}' is bound to {:p}, which is not {ALIGNMENT}-byte aligned", b.tensor.data),
+                    format!(
+                        "graph input '{name}' is bound to {:p}, which is not {ALIGNMENT}-byte aligned",
+                        b.tensor.data
+                    ),
                 );
             }
             *self.slots[v as usize].get_mut() = Slot {
@@ -213,8 +247,15 @@ impl<'r> RunState<'r> {
                 buffer: Buffer::NONE,
             };
         }
-        if let Some(&node) = g.graph_inputs().iter().find(|&&n| bound[g.node_values(n).start as usize] == usize::MAX) {
-            return err(ErrorKind::InputBinding, format!("graph input '{}' (node {node}) is not bound", g.node_name(node)));
+        if let Some(&node) = g
+            .graph_inputs()
+            .iter()
+            .find(|&&n| bound[g.node_values(n).start as usize] == usize::MAX)
+        {
+            return err(
+                ErrorKind::InputBinding,
+                format!("graph input '{}' (node {node}) is not bound", g.node_name(node)),
+            );
         }
         Ok(())
     }
@@ -252,7 +293,22 @@ impl<'r> RunState<'r> {
     fn add_live(&self, bytes: u64) {
         if bytes > 0 {
             let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
-            self.peak_live.fetch_max(now, Ordering::Relaxed);
+            if now > self.peak_live.load(Ordering::Relaxed) {
+                self.peak_live.fetch_max(now, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Adds a thread's counts to the run's and returns its cached blocks to the pool.
+    pub fn flush(&self, scratch: &mut Scratch) {
+        for b in scratch.cache.drain(..) {
+            release(self.pool, b);
+        }
+        if scratch.nodes_run > 0 {
+            self.nodes_run
+                .fetch_add(std::mem::take(&mut scratch.nodes_run), Ordering::Relaxed);
+            self.acquires
+                .fetch_add(std::mem::take(&mut scratch.acquires), Ordering::Relaxed);
         }
     }
 
@@ -279,7 +335,10 @@ impl<'r> RunState<'r> {
             if live + need > gate.limit {
                 return false;
             }
-            match self.live.compare_exchange_weak(live, live + need, Ordering::Relaxed, Ordering::Relaxed) {
+            match self
+                .live
+                .compare_exchange_weak(live, live + need, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     self.peak_live.fetch_max(live + need, Ordering::Relaxed);
                     return true;
@@ -340,11 +399,19 @@ impl<'r> RunState<'r> {
         }
         let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, scratch)));
         let result = outcome.unwrap_or_else(|panic| {
-            err(ErrorKind::KernelPanicked, format!("internal error while running node {}: {}", self.graph.node_label(node), panic_text(&*panic)))
+            err(
+                ErrorKind::KernelPanicked,
+                format!(
+                    "internal error while running node {}: {}",
+                    self.graph.node_label(node),
+                    panic_text(&*panic)
+                ),
+            )
         });
         if let Err(e) = result {
             // Static reservations of a node that never produced: nothing will release them.
-            self.live.fetch_sub(self.prio.output_bytes[node as usize], Ordering::Relaxed);
+            self.live
+                .fetch_sub(self.prio.output_bytes[node as usize], Ordering::Relaxed);
             self.fail(e);
             return;
         }
@@ -357,6 +424,9 @@ impl<'r> RunState<'r> {
             inputs,
             outputs,
             buffers,
+            executed,
+            acquires,
+            cache,
             ..
         } = scratch;
         let values = g.node_values(node);
@@ -365,13 +435,35 @@ impl<'r> RunState<'r> {
         for v in values.clone() {
             let mut buffer = Buffer::NONE;
             if let OutputSize::Bytes(n) = g.value_size(v) {
+                if let Some(i) = cache.iter().position(|b| b.capacity == n) {
+                    buffer = cache.swap_remove(i);
+                    if g.zero_output(node) {
+                        // SAFETY: the cached block holds `n` bytes and is this node's alone.
+                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                    }
+                    buffers.push(buffer);
+                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    continue;
+                }
                 let until = g.release_tick(v).map_or(NEVER, u64::from);
                 match self.pool.acquire_until(n, g.zero_output(node), until) {
-                    Ok(p) => buffer = Buffer { ptr: p.as_ptr().cast(), capacity: n },
+                    Ok(p) => {
+                        buffer = Buffer {
+                            ptr: p.as_ptr().cast(),
+                            capacity: n,
+                        }
+                    }
                     Err(e) => {
                         buffers.iter().for_each(|&b| release(self.pool, b));
                         let k = v - values.start;
-                        return err(e.kind(), format!("output {k} of node '{}' ({n} bytes): {}", g.node_name(node), e.message()));
+                        return err(
+                            e.kind(),
+                            format!(
+                                "output {k} of node '{}' ({n} bytes): {}",
+                                g.node_name(node),
+                                e.message()
+                            ),
+                        );
                     }
                 }
             }
@@ -380,7 +472,11 @@ impl<'r> RunState<'r> {
         }
         inputs.clear();
         // SAFETY: every input's producer finished before this node became ready (module docs).
-        inputs.extend(g.node_inputs(node).iter().map(|&v| unsafe { (*self.slots[v as usize].get()).tensor }));
+        inputs.extend(
+            g.node_inputs(node)
+                .iter()
+                .map(|&v| unsafe { (*self.slots[v as usize].get()).tensor }),
+        );
 
         let kernel = g.kernel(node).expect("operator nodes have kernels");
         let mut ctx = KernelCtx {
@@ -392,7 +488,9 @@ impl<'r> RunState<'r> {
             buffers,
             error: None,
         };
-        let start = self.learn.then(Instant::now);
+        *executed += 1;
+        let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
+        let start = sample.then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         if let Some(start) = start {
             g.learn(node, start.elapsed().as_nanos() as u64);
@@ -405,11 +503,18 @@ impl<'r> RunState<'r> {
                     Some(d) => format!("{d} ({msg})"),
                     None => msg,
                 };
-                Some(Error::new(ErrorKind::KernelFailed, format!("node {} failed: {msg}", g.node_label(node))))
+                Some(Error::new(
+                    ErrorKind::KernelFailed,
+                    format!("node {} failed: {msg}", g.node_label(node)),
+                ))
             }
             Err(panic) => Some(Error::new(
                 ErrorKind::KernelPanicked,
-                format!("kernel of node {} panicked: {}", g.node_label(node), panic_text(&*panic)),
+                format!(
+                    "kernel of node {} panicked: {}",
+                    g.node_label(node),
+                    panic_text(&*panic)
+                ),
             )),
         };
         if let Some(e) = failure {
@@ -432,7 +537,7 @@ impl<'r> RunState<'r> {
             };
         }
         self.add_live(dynamic);
-        self.acquires.fetch_add(buffers.iter().filter(|b| b.capacity > 0).count() as u64, Ordering::Relaxed);
+        *acquires += buffers.iter().filter(|b| b.capacity > 0).count() as u64;
         Ok(())
     }
 
@@ -442,15 +547,15 @@ impl<'r> RunState<'r> {
         let mut released = false;
         for v in g.node_values(node) {
             if self.refs[v as usize].load(Ordering::Relaxed) == 0 {
-                released |= self.drop_value(v);
+                released |= self.drop_value(v, &mut scratch.cache);
             }
         }
         for &v in g.node_inputs(node) {
             if self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                released |= self.drop_value(v);
+                released |= self.drop_value(v, &mut scratch.cache);
             }
         }
-        self.nodes_run.fetch_add(1, Ordering::Relaxed);
+        scratch.nodes_run += 1;
         let ready = &mut scratch.ready;
         if released {
             self.readmit(ready);
@@ -462,16 +567,25 @@ impl<'r> RunState<'r> {
         }
     }
 
-    /// Returns a value's buffer to the pool; true if it held pool memory.
-    fn drop_value(&self, v: u32) -> bool {
+    /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
+    /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
+    /// pool memory.
+    fn drop_value(&self, v: u32, cache: &mut Vec<Buffer>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
         let slot = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
-        let bytes = slot.buffer.capacity as u64;
-        if bytes > 0 {
-            self.live.fetch_sub(bytes, Ordering::Relaxed);
+        let bytes = slot.buffer.capacity;
+        if bytes == 0 {
+            return false;
         }
-        release(self.pool, slot.buffer);
-        bytes > 0
+        if self.gate.is_none() && bytes <= CACHE_MAX_BYTES && cache.len() < CACHE_BLOCKS {
+            cache.push(slot.buffer);
+        } else {
+            release(self.pool, slot.buffer);
+        }
+        // Only now may admission count these bytes as free: the pool has them back, so the
+        // pool's live bytes never exceed what the run accounts for.
+        self.live.fetch_sub(bytes as u64, Ordering::Release);
+        true
     }
 }
 
@@ -523,7 +637,10 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -
         } else {
             continue;
         };
-        return err(ErrorKind::KernelFailed, format!("output {k} of node {} {problem}", g.node_label(node)));
+        return err(
+            ErrorKind::KernelFailed,
+            format!("output {k} of node {} {problem}", g.node_label(node)),
+        );
     }
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! `gs_executor_*`: worker threads that runs share.
 
+use super::gs_status;
 use super::handle::{free_handle, handle_ref, into_handle, out_arg, Handle};
 use super::status::guard;
-use super::gs_status;
 use crate::exec::Executor;
 
 /// Worker threads that runs use through `gs_run_options.executor`; one executor serves many

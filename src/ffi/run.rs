@@ -2,10 +2,10 @@
 
 use super::executor::gs_executor;
 use super::graph::gs_graph;
+use super::gs_status::*;
 use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, Handle};
 use super::pool::gs_pool;
 use super::status::{guard, FfiError};
-use super::gs_status::*;
 use super::{gs_status, InputBinding, RunStats, Tensor, ValueRef};
 use crate::exec::{self, RunOptions, RunResult};
 use crate::sched::Policy;
@@ -95,10 +95,21 @@ pub unsafe extern "C" fn gs_run(
             run_options.policy = match o.policy {
                 GS_POLICY_CRITICAL_PATH => Policy::CriticalPath,
                 GS_POLICY_FIFO => Policy::Fifo,
-                other => return Err(FfiError::new(GS_ERR_INVALID_ARGUMENT, format!("options.policy is {other}, not a GS_POLICY_* value"))),
+                other => {
+                    return Err(FfiError::new(
+                        GS_ERR_INVALID_ARGUMENT,
+                        format!("options.policy is {other}, not a GS_POLICY_* value"),
+                    ))
+                }
             };
             if o.flags & !GS_RUN_FREEZE_ESTIMATES != 0 {
-                return Err(FfiError::new(GS_ERR_INVALID_ARGUMENT, format!("options.flags has unknown bits {:#x}", o.flags & !GS_RUN_FREEZE_ESTIMATES)));
+                return Err(FfiError::new(
+                    GS_ERR_INVALID_ARGUMENT,
+                    format!(
+                        "options.flags has unknown bits {:#x}",
+                        o.flags & !GS_RUN_FREEZE_ESTIMATES
+                    ),
+                ));
             }
             run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
             run_options.window = o.window as usize;

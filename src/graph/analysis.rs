@@ -440,14 +440,22 @@ impl Graph {
 
     /// What runs have learned an op type takes (0: nothing yet).
     pub fn learned_op_ns(&self, op: u32) -> u64 {
-        self.learned_ns.get(op as usize).map_or(0, |a| a.load(Ordering::Relaxed))
+        self.learned_ns
+            .get(op as usize)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
     }
 
     /// Folds one measured duration of `node` into its op type's moving average (weight 1/8).
     pub fn learn(&self, node: u32, ns: u64) {
-        let Some(slot) = self.learned_ns.get(self.op_of[node as usize] as usize) else { return };
+        let Some(slot) = self.learned_ns.get(self.op_of[node as usize] as usize) else {
+            return;
+        };
         let old = slot.load(Ordering::Relaxed);
-        let new = if old == 0 { ns.max(1) } else { (old - old / 8 + ns / 8).max(1) };
+        let new = if old == 0 {
+            ns.max(1)
+        } else {
+            (old - old / 8 + ns / 8).max(1)
+        };
         slot.store(new, Ordering::Relaxed);
     }
 

@@ -55,7 +55,12 @@ impl Priorities {
         let topo = g.topological_order();
         let mut bottom_level = vec![0u64; n];
         for &v in topo.iter().rev() {
-            let best = g.successors(v).iter().map(|&s| bottom_level[s as usize]).max().unwrap_or(0);
+            let best = g
+                .successors(v)
+                .iter()
+                .map(|&s| bottom_level[s as usize])
+                .max()
+                .unwrap_or(0);
             bottom_level[v as usize] = weight[v as usize].saturating_add(best);
         }
         let mut top_level = vec![0u64; n];
@@ -66,7 +71,9 @@ impl Priorities {
             }
         }
         let critical_path_ns = bottom_level.iter().copied().max().unwrap_or(0);
-        let slack: Vec<u64> = (0..n).map(|v| critical_path_ns.saturating_sub(top_level[v] + bottom_level[v])).collect();
+        let slack: Vec<u64> = (0..n)
+            .map(|v| critical_path_ns.saturating_sub(top_level[v] + bottom_level[v]))
+            .collect();
         let mut position = vec![0u32; n];
         for (i, &v) in topo.iter().enumerate() {
             position[v as usize] = i as u32;
@@ -89,12 +96,23 @@ impl Priorities {
             succ_start.push(succ.len() as u32);
         }
         let initial_pending: Vec<u32> = (0..n as u32)
-            .map(|v| g.node_inputs(v).iter().filter(|&&val| !g.is_graph_input(g.value_producer(val))).count() as u32)
+            .map(|v| {
+                g.node_inputs(v)
+                    .iter()
+                    .filter(|&&val| !g.is_graph_input(g.value_producer(val)))
+                    .count() as u32
+            })
             .collect();
-        let mut roots: Vec<u32> = (0..n as u32).filter(|&v| !g.is_graph_input(v) && initial_pending[v as usize] == 0).collect();
+        let mut roots: Vec<u32> = (0..n as u32)
+            .filter(|&v| !g.is_graph_input(v) && initial_pending[v as usize] == 0)
+            .collect();
         roots.sort_unstable_by_key(|&v| rank[v as usize]);
         let output_bytes = (0..n as u32)
-            .map(|v| g.node_values(v).map(|val| g.value_size(val).bytes().unwrap_or(0) as u64).sum())
+            .map(|v| {
+                g.node_values(v)
+                    .map(|val| g.value_size(val).bytes().unwrap_or(0) as u64)
+                    .sum()
+            })
             .collect();
         Priorities {
             output_bytes,

@@ -567,7 +567,7 @@ mod tests {
             let id = b.add_node(d).unwrap();
             for k in 0..outputs {
                 values.push(ValueRef::new(id, k));
-                if rng.below(5) == 0 {
+                if rng.below(10) == 0 {
                     b.mark_output(ValueRef::new(id, k)).unwrap();
                 }
             }
@@ -577,12 +577,12 @@ mod tests {
 
     #[test]
     fn random_dags_respect_the_bounds() {
+        let mut limited_ok = 0;
         for seed in 0..300 {
             let (g, ops) = random_dag(seed);
             for threads in 1..=8usize {
                 for policy in POLICIES {
                     let r = sim(&g, threads, policy);
-                    eprintln!("UTIL {:.2} {}", r.utilization, r.makespan_ns > r.makespan_lb_ns);
                     let ctx = format!("seed {seed}, {threads} threads, {policy:?}: {r:?}");
                     let (t, w, c) = (threads as u64, r.work_ns, r.critical_path_ns);
                     assert_eq!(r.nodes_run, ops, "{ctx}");
@@ -599,43 +599,20 @@ mod tests {
                     // The free run never exceeded its peak, so that limit turns nothing away.
                     let at_peak = simulate(&g, &opts(threads, policy, 0, r.peak_live_bytes)).unwrap();
                     assert_eq!(at_peak, r, "{ctx}");
-                    match simulate(&g, &opts(threads, policy, 0, r.peak_live_bytes / 2)) {
-                        Ok(half) => {
-                            eprintln!("HALF_OK {}", half.makespan_ns > r.makespan_ns);
-                            assert!(half.peak_live_bytes <= r.peak_live_bytes / 2, "{ctx}");
-                            assert!(half.makespan_ns >= half.makespan_lb_ns, "{ctx}");
-                            assert_eq!(half.nodes_run, ops, "{ctx}");
+                    for limit in [r.peak_live_bytes * 3 / 4, r.peak_live_bytes / 2].map(|l| l.max(1)) {
+                        match simulate(&g, &opts(threads, policy, 0, limit)) {
+                            Ok(tight) => {
+                                assert!(tight.peak_live_bytes <= limit, "{ctx}, limit {limit}: {tight:?}");
+                                assert!(tight.makespan_ns >= tight.makespan_lb_ns, "{ctx}");
+                                assert_eq!(tight.nodes_run, ops, "{ctx}");
+                                limited_ok += 1;
+                            }
+                            Err(e) => assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{ctx}: {e}"),
                         }
-                        Err(e) => { eprintln!("HALF_ERR"); assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{ctx}: {e}") }
                     }
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod perf {
-    use super::*;
-    use crate::graph::{GraphBuilder, NodeDesc, ValueRef};
-    #[test]
-    #[ignore]
-    fn million() {
-        let mut b = GraphBuilder::new();
-        let width = 64u32;
-        for i in 0..1_000_000u32 {
-            let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).output(64 + (i % 7) as usize * 64).estimate_ns(1 + (i as u64 * 2654435761) % 1000);
-            if i >= width { d = d.input(ValueRef::new(i - width, 0)); d = d.input(ValueRef::new(i - 1 - (i * 7919) % (width-1), 0)); }
-            b.add_node(d).unwrap();
-        }
-        let g = b.finalize().unwrap();
-        let t = std::time::Instant::now();
-        let _p = g.priorities();
-        eprintln!("priorities {:?}", t.elapsed());
-        for (threads, policy, limit) in [(8, Policy::CriticalPath, 0), (64, Policy::Fifo, 0), (64, Policy::CriticalPath, 20_000)] {
-            let t = std::time::Instant::now();
-            let r = simulate(&g, &SimOptions { threads, policy, window: 0, memory_limit_bytes: limit });
-            eprintln!("{threads} {policy:?} {limit} {:?} {:?}", t.elapsed(), r);
-        }
+        assert!(limited_ok > 500, "only {limited_ok} limited runs succeeded");
     }
 }

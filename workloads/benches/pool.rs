@@ -156,10 +156,26 @@ fn main() {
         let inputs = InputBuffers::new(&loaded.inputs, 1);
         let bindings = inputs.bindings();
         let pool = Arc::new(Pool::default());
-        let r1 = run(&loaded.graph, &pool, &RunOptions { inputs: &bindings, ..Default::default() }).unwrap();
+        let r1 = run(
+            &loaded.graph,
+            &pool,
+            &RunOptions {
+                inputs: &bindings,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let first = pool.stats();
         drop(r1);
-        let r2 = run(&loaded.graph, &pool, &RunOptions { inputs: &bindings, ..Default::default() }).unwrap();
+        let r2 = run(
+            &loaded.graph,
+            &pool,
+            &RunOptions {
+                inputs: &bindings,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         drop(r2);
         let second = pool.stats();
         let lb = file.max_live_bytes();

@@ -50,8 +50,15 @@ fn repeat_runs_reuse_everything_and_stay_near_the_lower_bound() {
         let mut first_outputs = Vec::new();
         for round in 0..3 {
             let before = pool.stats();
-            let result =
-                run(graph, &pool, &RunOptions { inputs: &bindings, ..Default::default() }).unwrap_or_else(|e| panic!("{}: {e}", file.name));
+            let result = run(
+                graph,
+                &pool,
+                &RunOptions {
+                    inputs: &bindings,
+                    ..Default::default()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", file.name));
             let outputs: Vec<u64> = graph
                 .graph_outputs()
                 .iter()
