@@ -293,6 +293,35 @@ typedef struct gs_run_stats {
   uint64_t os_allocs;
 } gs_run_stats;
 
+// What to simulate. Zero-initialize, then fill in.
+typedef struct gs_sim_options {
+  // Threads to simulate; at least 1.
+  uint32_t threads;
+  // `GS_POLICY_*`.
+  uint32_t policy;
+  // Most nodes running at once; 0: `threads`.
+  uint32_t window;
+  // Most live bytes; 0: no limit.
+  uint64_t memory_limit_bytes;
+} gs_sim_options;
+
+// Figures of one simulated run, in virtual nanoseconds. (C: `gs_sim_result`)
+typedef struct gs_sim_result {
+  // When the last node finished.
+  uint64_t makespan_ns;
+  // What no schedule can beat: max(critical path, work / threads rounded up).
+  uint64_t makespan_lb_ns;
+  uint64_t critical_path_ns;
+  // Sum of all estimates.
+  uint64_t work_ns;
+  // Most bytes values held at once (graph inputs, which the caller owns, excluded).
+  uint64_t peak_live_bytes;
+  // Operator nodes executed.
+  uint64_t nodes_run;
+  // work / (makespan * threads): the share of thread time spent running nodes.
+  double utilization;
+} gs_sim_result;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -463,6 +492,16 @@ gs_status gs_result_stats(const struct gs_run_result *result, struct gs_run_stat
 
 // Frees a result; its output buffers go back to the pool. NULL does nothing.
 void gs_result_free(struct gs_run_result *result);
+
+// Simulates a run of a finalized graph with the executor's policy on `threads` threads, using
+// the estimated durations (given, learned, or the default): makespan, its lower bound, peak live
+// bytes and utilization, deterministically and for any thread count.
+//
+// # Safety
+// `options` is readable; `out` is writable.
+gs_status gs_simulate(const struct gs_graph *graph,
+                      const struct gs_sim_options *options,
+                      struct gs_sim_result *out);
 
 // The sentence describing the calling thread's most recent failed call, or "" if none failed.
 // The text stays valid until the next failed call on the same thread.

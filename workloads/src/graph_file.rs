@@ -30,6 +30,9 @@ pub struct NodeSpec {
     pub op: String,
     pub inputs: Vec<String>,
     pub outputs: Vec<ValueSpec>,
+    /// Expected duration; files from real models have none and get the cost model's.
+    #[serde(default)]
+    pub estimate_ns: Option<u64>,
 }
 
 /// Cost model for graphs that carry no durations: a node costs 1 us plus the time to move its
@@ -131,7 +134,7 @@ impl GraphFile {
                 in_bytes += bytes;
             }
             let out_bytes = n.outputs.iter().map(|o| o.bytes).sum();
-            let estimate_ns = estimate_ns(in_bytes, out_bytes);
+            let estimate_ns = n.estimate_ns.unwrap_or_else(|| estimate_ns(in_bytes, out_bytes));
             let mut desc = NodeDesc::new(
                 &n.name,
                 &n.op,

@@ -5,9 +5,11 @@
 
 pub mod graph_file;
 pub mod kernels;
+pub mod seed;
 
 pub use graph_file::{GraphFile, LoadedGraph};
 pub use kernels::{checksum, Ledger};
+pub use seed::seed_pipeline;
 
 use std::path::PathBuf;
 

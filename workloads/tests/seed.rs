@@ -1,0 +1,41 @@
+//! The seed pipeline matches its description: 240 nodes, 3 chains of 40, ~5.2 GB of outputs and
+//! ~1.9 GB live at once in topological order at scale 1, one 80 ms node on the critical path.
+
+use graphsched::sim::{simulate, SimOptions};
+use graphsched_workloads::seed::{seed_pipeline, HEAVY_NS};
+
+#[test]
+fn the_seed_pipeline_has_the_published_shape() {
+    let file = seed_pipeline(1, 1.0);
+    assert_eq!(file.nodes.len(), 240);
+    assert_eq!(
+        file.nodes.iter().filter(|n| n.op == "Main" || n.op == "Heavy").count(),
+        120
+    );
+    let total: u64 = file.nodes.iter().flat_map(|n| &n.outputs).map(|o| o.bytes as u64).sum();
+    let live = file.max_live_bytes();
+    eprintln!("seed pipeline: {total} bytes of outputs, {live} live at once in file order");
+    assert!((4.6e9..5.8e9).contains(&(total as f64)), "total outputs {total}");
+    assert!((1.6e9..2.2e9).contains(&(live as f64)), "max live {live}");
+    // Deterministic, and scaled.
+    assert_eq!(seed_pipeline(1, 1.0).max_live_bytes(), live);
+    assert!(seed_pipeline(1, 0.001).max_live_bytes() < live / 500);
+
+    let loaded = file.build(&mut |_| Box::new(|_| Ok(()))).unwrap();
+    let g = &loaded.graph;
+    let heavy = g.find_node("main0_20").unwrap();
+    assert!(g.estimate_ns(heavy).unwrap() >= HEAVY_NS);
+    assert!(
+        g.critical_path().contains(&heavy),
+        "the heavy node is on the critical path"
+    );
+    let sim = simulate(
+        g,
+        &SimOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(sim.makespan_ns >= sim.makespan_lb_ns && sim.makespan_lb_ns >= HEAVY_NS);
+}
