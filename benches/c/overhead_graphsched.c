@@ -99,7 +99,14 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   oh_free(w);
 }
 
-int main(void) {
+/* With an argument, only the workloads whose name contains it run (for profiling one). */
+static const char *only = NULL;
+static void maybe_bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
+  if (only == NULL || strstr(w->name, only) != NULL) bench(ex, pool, w);
+}
+
+int main(int argc, char **argv) {
+  only = argc > 1 ? argv[1] : NULL;
   gs_executor_config cfg;
   gs_executor *ex = NULL;
   gs_pool *pool = NULL;
@@ -111,15 +118,15 @@ int main(void) {
   check(gs_pool_new(NULL, &pool), "gs_pool_new");
 
   oh_chain(&w, 100000);
-  bench(ex, pool, &w);
+  maybe_bench(ex, pool, &w);
   oh_fanout(&w, 100000);
-  bench(ex, pool, &w);
+  maybe_bench(ex, pool, &w);
   oh_tree(&w, 1u << 15);
-  bench(ex, pool, &w);
+  maybe_bench(ex, pool, &w);
   oh_layered(&w, 8, 30, 1000);
-  bench(ex, pool, &w);
+  maybe_bench(ex, pool, &w);
   oh_single(&w, 10000);
-  bench(ex, pool, &w);
+  maybe_bench(ex, pool, &w);
 
   gs_pool_free(pool);
   gs_executor_free(ex);

@@ -134,11 +134,12 @@ impl Executor {
         };
         state.active.store(roots.len(), Ordering::Release);
         self.shared.push(run, rest, None);
-        self.shared.run_task(Task { run, node: first }, None, &mut scratch);
+        self.shared
+            .run_task(Task { run, node: first }, None, &mut scratch, Some(run));
         let mut idle_since = None;
         while state.active.load(Ordering::Acquire) != 0 {
             if let Some(task) = self.shared.find_work(None) {
-                self.shared.run_task(task, None, &mut scratch);
+                self.shared.run_task(task, None, &mut scratch, Some(run));
                 idle_since = None;
                 continue;
             }
@@ -170,7 +171,8 @@ impl Shared {
         let mut idle_since = None;
         loop {
             if let Some(task) = self.find_work(Some((index, &local))) {
-                self.run_task(task, Some(&local), &mut scratch);
+                scratch.slot = Some(index + 1);
+                self.run_task(task, Some(&local), &mut scratch, None);
                 idle_since = None;
                 continue;
             }
@@ -246,9 +248,19 @@ impl Shared {
         self.sleep.notify();
     }
 
-    /// Executes a task and the chain of continuations it leads to.
-    fn run_task(&self, task: Task, local: Option<&Vec<Worker<Task>>>, scratch: &mut Scratch) {
+    /// Executes a task and the chain of continuations it leads to. `own` is the run a calling
+    /// thread drives: its cache slot there is 0, and it has none in runs it only helps.
+    fn run_task(
+        &self,
+        task: Task,
+        local: Option<&Vec<Worker<Task>>>,
+        scratch: &mut Scratch,
+        own: Option<*const RunState<'static>>,
+    ) {
         let run = task.run;
+        if local.is_none() {
+            scratch.slot = (own == Some(run)).then_some(0);
+        }
         // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
         let state = unsafe { &*run };
         let mut node = task.node;

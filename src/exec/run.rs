@@ -133,6 +133,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             learn: !options.freeze_estimates,
             fifo: options.policy == Policy::Fifo,
             admit_on_ready: options.executor.is_some(),
+            threads,
         },
     );
     state.bind(options.inputs)?;
@@ -143,6 +144,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         }
         None => in_topological_order(&state),
     }
+    state.flush_caches();
     // Dropping `state` on failure returns every buffer it holds.
     if let Some(e) = state.take_error() {
         return Err(e);
@@ -168,6 +170,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
 /// The sequential driver: every operator node in topological order, on the calling thread.
 fn in_topological_order(state: &RunState<'_>) {
     let mut scratch = Scratch::default();
+    scratch.slot = Some(0);
     for &node in state.graph.topological_order() {
         if state.failed() {
             break;

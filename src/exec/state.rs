@@ -56,15 +56,24 @@ pub(super) struct Scratch {
     acquires: u64,
     /// Nodes executed by this thread, for sampling kernel durations.
     executed: u64,
-    /// Small blocks released by this thread's nodes, kept for its next nodes without a trip
-    /// through the pool's lock; back to the pool at `flush`.
-    cache: Vec<Buffer>,
+    /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).
+    pub slot: Option<usize>,
 }
 
-/// Blocks up to this size may wait in a thread's cache (larger ones go straight back, so the
-/// pool can coalesce them), and at most `CACHE_BLOCKS` of them.
+/// A thread's small blocks at hand in one run, and the size that last missed with how many
+/// blocks its refill took.
+#[derive(Default)]
+pub(super) struct BlockCache {
+    blocks: Vec<Buffer>,
+    streak: (usize, usize),
+}
+
+/// Blocks up to this size go through the per-thread caches (larger ones straight to the pool,
+/// which coalesces them); a cache refills `REFILL` blocks at a time and holds at most
+/// `CACHE_BLOCKS`, giving half back when full.
 const CACHE_MAX_BYTES: usize = 16 * 1024;
-const CACHE_BLOCKS: usize = 8;
+const CACHE_BLOCKS: usize = 64;
+const REFILL: usize = 16;
 
 /// One node in this many has its kernel timed for the learned estimates (and every node of an
 /// op type not measured yet): reading the clock costs about as much as an empty kernel.
@@ -97,6 +106,8 @@ pub(super) struct StateOptions {
     pub learn: bool,
     pub fifo: bool,
     pub admit_on_ready: bool,
+    /// Threads that may execute the run's nodes, its caller included.
+    pub threads: usize,
 }
 
 pub(super) struct RunState<'r> {
@@ -115,6 +126,13 @@ pub(super) struct RunState<'r> {
     nodes_run: AtomicU64,
     gate: Option<Gate>,
     pub window: Option<Window>,
+    /// Per thread of a parallel run (0: its caller, i + 1: worker i): small blocks kept at hand,
+    /// so that small outputs rarely take the pool's lock, which every thread contends for. Slot
+    /// i is touched only by its thread while the run goes on, and by the caller once it is over.
+    /// None in sequential runs (no contention) and under a memory limit (the pool's own count of
+    /// live bytes must then stay exact); otherwise the pool counts cached blocks as live until
+    /// the run ends.
+    caches: Box<[UnsafeCell<BlockCache>]>,
     /// Measure kernels and feed the graph's learned estimates.
     learn: bool,
     /// No priorities: one band, no continuations.
@@ -139,6 +157,7 @@ impl<'r> RunState<'r> {
             learn,
             fifo,
             admit_on_ready,
+            threads,
         } = options;
         let refs = (0..graph.value_count() as u32)
             .map(|v| AtomicU32::new(graph.consumers(v) + graph.is_graph_output(v) as u32))
@@ -168,9 +187,64 @@ impl<'r> RunState<'r> {
                 running: AtomicU32::new(0),
                 deferred: Mutex::new(Vec::new()),
             }),
+            caches: (0..if memory_limit > 0 || !admit_on_ready {
+                0
+            } else {
+                threads
+            })
+                .map(|_| UnsafeCell::new(BlockCache::default()))
+                .collect(),
             learn,
             fifo,
             admit_on_ready,
+        }
+    }
+
+    /// The block cache of the thread in `slot`, if any.
+    #[allow(clippy::mut_from_ref)]
+    fn cache(&self, slot: Option<usize>) -> Option<&mut BlockCache> {
+        let cell = self.caches.get(slot?)?;
+        // SAFETY: a slot belongs to one thread while the run goes on (see `caches`), and this
+        // borrow ends before that thread borrows it again.
+        Some(unsafe { &mut *cell.get() })
+    }
+
+    /// Makes sure `cache` holds a block of `n` bytes, taking some from the pool if it does not:
+    /// one at first, twice as many each time the same size misses again in a row, up to
+    /// `REFILL` (a fan-out of equal outputs takes the lock once per `REFILL` nodes; sizes seen
+    /// once cost no extra blocks).
+    fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<()> {
+        if cache.blocks.iter().any(|b| b.capacity == n) {
+            return Ok(());
+        }
+        let count = match cache.streak {
+            (size, count) if size == n => (count * 2).min(REFILL),
+            _ => 1,
+        };
+        cache.streak = (n, count);
+        let mut fresh = Vec::with_capacity(count);
+        if let Err(e) = self.pool.acquire_many(n, count, &mut fresh) {
+            release_many(
+                self.pool,
+                fresh.into_iter().map(|p| Buffer {
+                    ptr: p.as_ptr().cast(),
+                    capacity: n,
+                }),
+            );
+            return Err(e);
+        }
+        cache.blocks.extend(fresh.into_iter().map(|p| Buffer {
+            ptr: p.as_ptr().cast(),
+            capacity: n,
+        }));
+        Ok(())
+    }
+
+    /// Gives every cached block back to the pool. By the caller, once the run is over.
+    pub fn flush_caches(&mut self) {
+        for cell in self.caches.iter_mut() {
+            let cache = std::mem::take(cell.get_mut());
+            release_many(self.pool, cache.blocks);
         }
     }
 
@@ -299,11 +373,8 @@ impl<'r> RunState<'r> {
         }
     }
 
-    /// Adds a thread's counts to the run's and returns its cached blocks to the pool.
+    /// Adds a thread's counts to the run's.
     pub fn flush(&self, scratch: &mut Scratch) {
-        for b in scratch.cache.drain(..) {
-            release(self.pool, b);
-        }
         if scratch.nodes_run > 0 {
             self.nodes_run
                 .fetch_add(std::mem::take(&mut scratch.nodes_run), Ordering::Relaxed);
@@ -426,17 +497,20 @@ impl<'r> RunState<'r> {
             buffers,
             executed,
             acquires,
-            cache,
+            slot,
             ..
         } = scratch;
+        let mut cache = self.cache(*slot);
         let values = g.node_values(node);
         outputs.clear();
         buffers.clear();
         for v in values.clone() {
             let mut buffer = Buffer::NONE;
             if let OutputSize::Bytes(n) = g.value_size(v) {
-                if let Some(i) = cache.iter().position(|b| b.capacity == n) {
-                    buffer = cache.swap_remove(i);
+                if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
+                    self.refill(cache, n)?;
+                    let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
+                    buffer = cache.blocks.swap_remove(i);
                     if g.zero_output(node) {
                         // SAFETY: the cached block holds `n` bytes and is this node's alone.
                         unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
@@ -547,12 +621,12 @@ impl<'r> RunState<'r> {
         let mut released = false;
         for v in g.node_values(node) {
             if self.refs[v as usize].load(Ordering::Relaxed) == 0 {
-                released |= self.drop_value(v, &mut scratch.cache);
+                released |= self.drop_value(v, scratch.slot);
             }
         }
         for &v in g.node_inputs(node) {
             if self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                released |= self.drop_value(v, &mut scratch.cache);
+                released |= self.drop_value(v, scratch.slot);
             }
         }
         scratch.nodes_run += 1;
@@ -570,17 +644,21 @@ impl<'r> RunState<'r> {
     /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
     /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
     /// pool memory.
-    fn drop_value(&self, v: u32, cache: &mut Vec<Buffer>) -> bool {
+    fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
-        let slot = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
-        let bytes = slot.buffer.capacity;
+        let value = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
+        let bytes = value.buffer.capacity;
         if bytes == 0 {
             return false;
         }
-        if self.gate.is_none() && bytes <= CACHE_MAX_BYTES && cache.len() < CACHE_BLOCKS {
-            cache.push(slot.buffer);
-        } else {
-            release(self.pool, slot.buffer);
+        match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
+            Some(cache) => {
+                cache.blocks.push(value.buffer);
+                if cache.blocks.len() > CACHE_BLOCKS {
+                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2));
+                }
+            }
+            None => release(self.pool, value.buffer),
         }
         // Only now may admission count these bytes as free: the pool has them back, so the
         // pool's live bytes never exceed what the run accounts for.
@@ -643,6 +721,13 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -
         );
     }
     Ok(())
+}
+
+/// Gives blocks of the cache back to the pool, under one lock.
+fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
+    let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
+    pool.release_many(blocks)
+        .expect("a run releases only blocks it acquired, once");
 }
 
 /// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,

@@ -102,6 +102,51 @@ struct Live {
 const LARGE: u32 = u32::MAX;
 
 impl State {
+    fn acquire(&mut self, nbytes: usize, release_tick: u64, large_threshold: u64) -> Result<usize> {
+        let commits = self.os_allocs();
+        let (addr, slab) = if (nbytes as u64) < large_threshold {
+            self.slabs.alloc(&mut self.small, nbytes)?
+        } else {
+            // A block of the arena that is not live waits in a recent list: released already.
+            let live = &self.live;
+            let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
+            (self.large.alloc(nbytes, &tick_of)?, LARGE)
+        };
+        self.stats.acquires += 1;
+        self.stats.cache_hits += (self.os_allocs() == commits) as u64;
+        self.live.insert(
+            addr,
+            Live {
+                nbytes,
+                slab,
+                release_tick,
+            },
+        );
+        self.stats.live_bytes += nbytes as u64;
+        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
+        let reserved = self.committed() as u64;
+        self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
+        Ok(addr)
+    }
+
+    fn release(&mut self, ptr: NonNull<u8>) -> Result<()> {
+        let addr = ptr.as_ptr() as usize;
+        let Some(live) = self.live.remove(&addr) else {
+            return err(
+                ErrorKind::UnknownPointer,
+                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
+            );
+        };
+        self.stats.releases += 1;
+        self.stats.live_bytes -= live.nbytes as u64;
+        if live.slab == LARGE {
+            self.large.release(addr, live.nbytes);
+        } else {
+            self.slabs.release(&mut self.small, live.slab, addr);
+        }
+        Ok(())
+    }
+
     fn committed(&self) -> usize {
         self.small.committed() + self.large.committed()
     }
@@ -192,6 +237,31 @@ impl Pool {
     /// any clock of the caller's that grows over time (runs use the position of the value's last
     /// consumer in the topological order). Blocks released together are placed together.
     pub fn acquire_until(&self, nbytes: usize, zero: bool, release_tick: u64) -> Result<NonNull<u8>> {
+        Self::check_request(nbytes)?;
+        let addr = self
+            .lock()
+            .acquire(nbytes, release_tick, self.config.large_threshold_bytes)?;
+        let ptr = NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions");
+        if zero {
+            // SAFETY: the block holds at least `nbytes` bytes and is now the caller's alone.
+            unsafe { ptr.as_ptr().write_bytes(0, nbytes) };
+        }
+        Ok(ptr)
+    }
+
+    /// `count` blocks of `nbytes` under one lock (not cleared), appended to `out`: for callers that
+    /// keep a few blocks of a size at hand.
+    pub fn acquire_many(&self, nbytes: usize, count: usize, out: &mut Vec<NonNull<u8>>) -> Result<()> {
+        Self::check_request(nbytes)?;
+        let mut st = self.lock();
+        for _ in 0..count {
+            let addr = st.acquire(nbytes, NEVER, self.config.large_threshold_bytes)?;
+            out.push(NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions"));
+        }
+        Ok(())
+    }
+
+    fn check_request(nbytes: usize) -> Result<()> {
         if nbytes == 0 {
             return err(
                 ErrorKind::InvalidArgument,
@@ -204,63 +274,28 @@ impl Pool {
                 format!("cannot acquire {nbytes} bytes: more than the {MAX_VALUE_BYTES} bytes one block can have"),
             );
         }
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let commits = st.os_allocs();
-        let (addr, slab) = if (nbytes as u64) < self.config.large_threshold_bytes {
-            st.slabs.alloc(&mut st.small, nbytes)?
-        } else {
-            // A block of the arena that is not live waits in a recent list: released already.
-            let live = &st.live;
-            let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
-            (st.large.alloc(nbytes, &tick_of)?, LARGE)
-        };
-        st.stats.acquires += 1;
-        st.stats.cache_hits += (st.os_allocs() == commits) as u64;
-        st.live.insert(
-            addr,
-            Live {
-                nbytes,
-                slab,
-                release_tick,
-            },
-        );
-        st.stats.live_bytes += nbytes as u64;
-        st.stats.peak_live_bytes = st.stats.peak_live_bytes.max(st.stats.live_bytes);
-        let reserved = st.committed() as u64;
-        st.stats.peak_reserved_bytes = st.stats.peak_reserved_bytes.max(reserved);
-        drop(guard);
-        let ptr = NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions");
-        if zero {
-            // SAFETY: the block holds at least `nbytes` bytes and is now the caller's alone.
-            unsafe { ptr.as_ptr().write_bytes(0, nbytes) };
-        }
-        Ok(ptr)
+        Ok(())
     }
 
     /// Takes back a block from `acquire`. A pointer the pool did not hand out, or one already
     /// released, is an error and changes nothing.
     pub fn release(&self, ptr: NonNull<u8>) -> Result<()> {
-        let addr = ptr.as_ptr() as usize;
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let Some(live) = st.live.remove(&addr) else {
-            return err(
-                ErrorKind::UnknownPointer,
-                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
-            );
-        };
-        st.stats.releases += 1;
-        st.stats.live_bytes -= live.nbytes as u64;
-        if live.slab == LARGE {
-            st.large.release(addr, live.nbytes);
-        } else {
-            st.slabs.release(&mut st.small, live.slab, addr);
-        }
+        let mut st = self.lock();
+        st.release(ptr)?;
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
         }
         Ok(())
+    }
+
+    /// Takes back many blocks under one lock; stops at the first pointer it does not know.
+    pub fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>) -> Result<()> {
+        let mut st = self.lock();
+        let result = ptrs.into_iter().try_for_each(|p| st.release(p));
+        if self.config.max_pool_bytes != 0 {
+            st.shrink_to(self.config.max_pool_bytes as usize);
+        }
+        result
     }
 
     /// Coalesces every cached block and returns kept empty slabs to free space. Runs call it as

@@ -1,5 +1,6 @@
 //! The seed pipeline matches its description: 240 nodes, 3 chains of 40, ~5.2 GB of outputs and
-//! ~1.9 GB live at once in topological order at scale 1, one 80 ms node on the critical path.
+//! ~1.9 GB live at once in topological order at scale 1, one 80 ms node on the critical path
+//! (at small scales, where compute rather than touching memory dominates).
 
 use graphsched::sim::{simulate, SimOptions};
 use graphsched_workloads::seed::{seed_pipeline, HEAVY_NS};
@@ -21,7 +22,9 @@ fn the_seed_pipeline_has_the_published_shape() {
     assert_eq!(seed_pipeline(1, 1.0).max_live_bytes(), live);
     assert!(seed_pipeline(1, 0.001).max_live_bytes() < live / 500);
 
-    let loaded = file.build(&mut |_| Box::new(|_| Ok(()))).unwrap();
+    // At full scale touching the bytes dominates; at 1% the compute does, and the heavy node
+    // decides the critical path.
+    let loaded = seed_pipeline(1, 0.01).build(&mut |_| Box::new(|_| Ok(()))).unwrap();
     let g = &loaded.graph;
     let heavy = g.find_node("main0_20").unwrap();
     assert!(g.estimate_ns(heavy).unwrap() >= HEAVY_NS);
