@@ -564,6 +564,44 @@ fn every_status_is_produced_by_some_misuse() {
             "",
         );
         expect(&mut seen, gs_graph_finalize(never_fail), GS_OK, "");
+        let tight = gs_run_options {
+            memory_limit_bytes: 4,
+            ..Default::default()
+        };
+        expect(
+            &mut seen,
+            gs_run(never_fail, pool, &tight, &mut r),
+            GS_ERR_MEMORY_LIMIT,
+            "'one'",
+        );
+        let bad_policy = gs_run_options {
+            policy: 9,
+            ..Default::default()
+        };
+        expect(
+            &mut seen,
+            gs_run(never_fail, pool, &bad_policy, &mut r),
+            GS_ERR_INVALID_ARGUMENT,
+            "policy",
+        );
+        let garbage_executor = gs_run_options {
+            executor: garbage.as_mut_ptr() as *mut gs_executor,
+            ..Default::default()
+        };
+        expect(
+            &mut seen,
+            gs_run(never_fail, pool, &garbage_executor, &mut r),
+            GS_ERR_INVALID_HANDLE,
+            "'options.executor'",
+        );
+        let mut sim = graphsched::sim::SimResult::default();
+        let zero_threads = gs_sim_options::default();
+        expect(
+            &mut seen,
+            gs_simulate(never_fail, &zero_threads, &mut sim),
+            GS_ERR_INVALID_ARGUMENT,
+            "threads",
+        );
         expect(&mut seen, gs_run(never_fail, pool, null(), &mut r), GS_OK, "");
         let mut t = Tensor::empty();
         expect(
@@ -598,7 +636,7 @@ fn every_status_is_produced_by_some_misuse() {
         gs_pool_free(pool);
         gs_pool_free(null_mut());
     }
-    let all: BTreeSet<i32> = (0..=16).collect();
+    let all: BTreeSet<i32> = (0..=16).chain([18]).collect();
     assert_eq!(seen, all, "statuses produced through the C ABI");
     assert_eq!(
         // SAFETY: static string.
