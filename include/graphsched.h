@@ -74,6 +74,10 @@
 // `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
 #define GS_RUN_FREEZE_ESTIMATES 1
 
+// `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
+// the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
+#define GS_RUN_TRACE 2
+
 // Number of priority bands the executor queues by.
 #define BANDS 16
 
@@ -121,6 +125,8 @@ enum gs_status
   GS_ERR_PANIC = 17,
   // A run's memory limit cannot be met: the message names the node and the bytes.
   GS_ERR_MEMORY_LIMIT = 18,
+  // Reading or writing a file failed; the message names the file and the reason.
+  GS_ERR_IO = 19,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -291,6 +297,11 @@ typedef struct gs_run_stats {
   uint64_t acquires;
   // System allocations the pool made while the run went on (by any user of the pool).
   uint64_t os_allocs;
+  // Threads the run could use, its caller's included.
+  uint64_t threads;
+  // Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
+  // is `busy_ns / (wall_ns * threads)`.
+  uint64_t busy_ns;
 } gs_run_stats;
 
 // What to simulate. Zero-initialize, then fill in.
@@ -489,6 +500,14 @@ gs_status gs_result_output(const struct gs_run_result *result,
 
 // Statistics of the run.
 gs_status gs_result_stats(const struct gs_run_result *result, struct gs_run_stats *out);
+
+// Writes a traced run (`GS_RUN_TRACE`) as Chrome trace-event JSON to `path`: one track per
+// thread, one slice per node, counters for live and reserved bytes. Opens in Perfetto
+// (ui.perfetto.dev) or chrome://tracing.
+//
+// # Safety
+// `path` is NUL-terminated.
+gs_status gs_result_write_trace(const struct gs_run_result *result, const char *path);
 
 // Frees a result; its output buffers go back to the pool. NULL does nothing.
 void gs_result_free(struct gs_run_result *result);

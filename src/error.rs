@@ -39,6 +39,8 @@ pub enum ErrorKind {
     /// A run's memory limit cannot be met: a node's outputs do not fit even with nothing else
     /// running. The message names the node and the bytes.
     MemoryLimit,
+    /// Reading or writing a file failed; the message names the file.
+    Io,
 }
 
 /// An error with a sentence naming the node, value or argument at fault.

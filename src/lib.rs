@@ -36,9 +36,10 @@ pub mod pool;
 pub mod sched;
 pub mod sim;
 pub mod tensor;
+pub mod trace;
 
 pub use error::{Error, ErrorKind, Result};
-pub use exec::{run, Executor, InputBinding, KernelCtx, RunOptions, RunResult, RunStats};
+pub use exec::{run, Executor, InputBinding, KernelCtx, NodeEvent, RunOptions, RunResult, RunStats};
 pub use graph::{Graph, GraphBuilder, GraphInfo, Kernel, NodeDesc, OutputSize, ValueRef};
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use sched::Policy;

@@ -603,6 +603,30 @@ fn every_status_is_produced_by_some_misuse() {
             "threads",
         );
         expect(&mut seen, gs_run(never_fail, pool, null(), &mut r), GS_OK, "");
+        expect(
+            &mut seen,
+            gs_result_write_trace(r, c"/tmp/untraced.json".as_ptr()),
+            GS_ERR_INVALID_ARGUMENT,
+            "not traced",
+        );
+        gs_result_free(r);
+        let traced = gs_run_options {
+            flags: GS_RUN_TRACE,
+            ..Default::default()
+        };
+        expect(&mut seen, gs_run(never_fail, pool, &traced, &mut r), GS_OK, "");
+        expect(
+            &mut seen,
+            gs_result_write_trace(r, c"/nonexistent-dir/trace.json".as_ptr()),
+            GS_ERR_IO,
+            "/nonexistent-dir/trace.json",
+        );
+        let path = std::env::temp_dir().join(format!("graphsched-ffi-trace-{}.json", std::process::id()));
+        let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        expect(&mut seen, gs_result_write_trace(r, cpath.as_ptr()), GS_OK, "");
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(written.contains("\"name\":\"one\"") && written.contains("traceEvents"));
+        let _ = std::fs::remove_file(&path);
         let mut t = Tensor::empty();
         expect(
             &mut seen,
@@ -636,7 +660,7 @@ fn every_status_is_produced_by_some_misuse() {
         gs_pool_free(pool);
         gs_pool_free(null_mut());
     }
-    let all: BTreeSet<i32> = (0..=16).chain([18]).collect();
+    let all: BTreeSet<i32> = (0..=16).chain([18, 19]).collect();
     assert_eq!(seen, all, "statuses produced through the C ABI");
     assert_eq!(
         // SAFETY: static string.

@@ -172,6 +172,7 @@ impl Shared {
         loop {
             if let Some(task) = self.find_work(Some((index, &local))) {
                 scratch.slot = Some(index + 1);
+                scratch.thread = index as u32 + 1;
                 self.run_task(task, Some(&local), &mut scratch, None);
                 idle_since = None;
                 continue;

@@ -14,3 +14,4 @@ mod state;
 pub use ctx::KernelCtx;
 pub use executor::Executor;
 pub use run::{run, InputBinding, RunOptions, RunResult, RunStats};
+pub use state::NodeEvent;

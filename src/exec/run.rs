@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::executor::Executor;
-use super::state::{release, RunState, Scratch, Slot, StateOptions};
+use super::state::{release, NodeEvent, RunState, Scratch, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
 use crate::pool::Pool;
@@ -39,6 +39,9 @@ pub struct RunOptions<'a> {
     pub memory_limit_bytes: u64,
     /// Keep the graph's learned estimates as they are (do not time the kernels).
     pub freeze_estimates: bool,
+    /// Record when and where every node ran ([`RunResult::events`]) and the time spent in
+    /// kernels; costs a clock reading and a lock per node.
+    pub trace: bool,
 }
 
 /// Figures of one run. (C: `gs_run_stats`).
@@ -53,6 +56,11 @@ pub struct RunStats {
     pub acquires: u64,
     /// System allocations the pool made while the run went on (by any user of the pool).
     pub os_allocs: u64,
+    /// Threads the run could use, its caller's included.
+    pub threads: u64,
+    /// Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
+    /// is `busy_ns / (wall_ns * threads)`.
+    pub busy_ns: u64,
 }
 
 /// The graph outputs of a successful run. Dropping it returns their buffers to the pool.
@@ -61,6 +69,7 @@ pub struct RunResult {
     pool: Arc<Pool>,
     outputs: Vec<(u32, Slot)>,
     stats: RunStats,
+    events: Vec<NodeEvent>,
 }
 
 // SAFETY: a result owns its output buffers exclusively (nothing else frees or writes them until
@@ -104,6 +113,18 @@ impl RunResult {
     pub fn stats(&self) -> RunStats {
         self.stats
     }
+
+    /// Every executed node, in the order they ended: traced runs only.
+    pub fn events(&self) -> &[NodeEvent] {
+        &self.events
+    }
+
+    /// The run as Chrome trace-event JSON (see [`crate::trace::chrome_trace`]); `None` unless the
+    /// run was traced.
+    pub fn chrome_trace(&self) -> Option<String> {
+        (self.stats.busy_ns > 0 || !self.events.is_empty())
+            .then(|| crate::trace::chrome_trace(&self.graph, &self.events))
+    }
 }
 
 impl Drop for RunResult {
@@ -134,6 +155,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             fifo: options.policy == Policy::Fifo,
             admit_on_ready: options.executor.is_some(),
             threads,
+            trace: options.trace.then_some(start),
         },
     );
     state.bind(options.inputs)?;
@@ -151,6 +173,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     }
     let outputs = graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))).collect();
     let (nodes_run, peak_live_bytes, acquires) = state.stats();
+    let busy_ns = state.busy_ns();
+    let events = state.take_events();
     drop(state);
     let stats = RunStats {
         wall_ns: start.elapsed().as_nanos() as u64,
@@ -158,12 +182,15 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         peak_live_bytes,
         acquires,
         os_allocs: pool.stats().os_allocs - os_allocs_before,
+        threads: threads as u64,
+        busy_ns,
     };
     Ok(RunResult {
         graph: graph.clone(),
         pool: pool.clone(),
         outputs,
         stats,
+        events,
     })
 }
 

@@ -58,6 +58,30 @@ pub(super) struct Scratch {
     executed: u64,
     /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).
     pub slot: Option<usize>,
+    /// Track of this thread in traces: 0 for a calling thread, worker index + 1.
+    pub thread: u32,
+    /// Nanoseconds spent in kernels while the run is traced.
+    busy_ns: u64,
+}
+
+/// One executed node in a traced run: when, on which thread, and memory once it finished.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub node: u32,
+    /// 0: a thread that called `run`; i + 1: the executor's worker i.
+    pub thread: u32,
+    /// Kernel start and end, in nanoseconds since the run started.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The run's live bytes, and the pool's reserved bytes, when the kernel ended.
+    pub live_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+/// What a traced run records.
+struct Tracer {
+    start: Instant,
+    events: Mutex<Vec<NodeEvent>>,
 }
 
 /// A thread's small blocks at hand in one run, and the size that last missed with how many
@@ -108,6 +132,8 @@ pub(super) struct StateOptions {
     pub admit_on_ready: bool,
     /// Threads that may execute the run's nodes, its caller included.
     pub threads: usize,
+    /// Record every node's execution (times every kernel); the run's start.
+    pub trace: Option<Instant>,
 }
 
 pub(super) struct RunState<'r> {
@@ -135,6 +161,8 @@ pub(super) struct RunState<'r> {
     caches: Box<[UnsafeCell<BlockCache>]>,
     /// Measure kernels and feed the graph's learned estimates.
     learn: bool,
+    trace: Option<Tracer>,
+    busy_ns: AtomicU64,
     /// No priorities: one band, no continuations.
     fifo: bool,
     /// Reserve memory when a node becomes ready (parallel runs queue admitted nodes only);
@@ -158,6 +186,7 @@ impl<'r> RunState<'r> {
             fifo,
             admit_on_ready,
             threads,
+            trace,
         } = options;
         let refs = (0..graph.value_count() as u32)
             .map(|v| AtomicU32::new(graph.consumers(v) + graph.is_graph_output(v) as u32))
@@ -195,9 +224,27 @@ impl<'r> RunState<'r> {
                 .map(|_| UnsafeCell::new(BlockCache::default()))
                 .collect(),
             learn,
+            trace: trace.map(|start| Tracer {
+                start,
+                events: Mutex::new(Vec::new()),
+            }),
+            busy_ns: AtomicU64::new(0),
             fifo,
             admit_on_ready,
         }
+    }
+
+    /// The nodes executed, in the order they ended (traced runs only).
+    pub fn take_events(&mut self) -> Vec<NodeEvent> {
+        match &mut self.trace {
+            Some(t) => std::mem::take(t.events.get_mut().unwrap_or_else(|p| p.into_inner())),
+            None => Vec::new(),
+        }
+    }
+
+    /// Nanoseconds spent in kernels (traced runs only).
+    pub fn busy_ns(&self) -> u64 {
+        self.busy_ns.load(Ordering::Relaxed)
     }
 
     /// The block cache of the thread in `slot`, if any.
@@ -375,6 +422,10 @@ impl<'r> RunState<'r> {
 
     /// Adds a thread's counts to the run's.
     pub fn flush(&self, scratch: &mut Scratch) {
+        if scratch.busy_ns > 0 {
+            self.busy_ns
+                .fetch_add(std::mem::take(&mut scratch.busy_ns), Ordering::Relaxed);
+        }
         if scratch.nodes_run > 0 {
             self.nodes_run
                 .fetch_add(std::mem::take(&mut scratch.nodes_run), Ordering::Relaxed);
@@ -498,6 +549,8 @@ impl<'r> RunState<'r> {
             executed,
             acquires,
             slot,
+            thread,
+            busy_ns,
             ..
         } = scratch;
         let mut cache = self.cache(*slot);
@@ -564,10 +617,26 @@ impl<'r> RunState<'r> {
         };
         *executed += 1;
         let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
-        let start = sample.then(Instant::now);
+        let start = (sample || self.trace.is_some()).then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         if let Some(start) = start {
-            g.learn(node, start.elapsed().as_nanos() as u64);
+            let ns = start.elapsed().as_nanos() as u64;
+            if sample {
+                g.learn(node, ns);
+            }
+            if let Some(t) = &self.trace {
+                *busy_ns += ns;
+                let begin = start.duration_since(t.start).as_nanos() as u64;
+                let event = NodeEvent {
+                    node,
+                    thread: *thread,
+                    start_ns: begin,
+                    end_ns: begin + ns,
+                    live_bytes: self.live.load(Ordering::Relaxed),
+                    reserved_bytes: self.pool.stats().reserved_bytes,
+                };
+                lock(&t.events).push(event);
+            }
         }
         let detail = ctx.error.take();
         let failure = match outcome {

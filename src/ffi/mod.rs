@@ -102,7 +102,7 @@ const_assert_eq!(std::mem::size_of::<InputBinding>(), 160);
 const_assert_eq!(std::mem::size_of::<GraphInfo>(), 80);
 const_assert_eq!(std::mem::size_of::<PoolConfig>(), 24);
 const_assert_eq!(std::mem::size_of::<PoolStats>(), 88);
-const_assert_eq!(std::mem::size_of::<RunStats>(), 40);
+const_assert_eq!(std::mem::size_of::<RunStats>(), 56);
 const_assert_eq!(std::mem::size_of::<gs_node_desc>(), 72);
 const_assert_eq!(std::mem::size_of::<gs_run_options>(), 48);
 const_assert_eq!(std::mem::size_of::<gs_executor_config>(), 4);

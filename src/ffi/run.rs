@@ -16,6 +16,9 @@ pub const GS_POLICY_CRITICAL_PATH: u32 = 0;
 pub const GS_POLICY_FIFO: u32 = 1;
 /// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
 pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
+/// `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
+/// the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
+pub const GS_RUN_TRACE: u32 = 2;
 
 /// How to run a graph. Zero-initialize, then fill in; all zeros means defaults. NULL options
 /// are fine for a graph without inputs.
@@ -102,16 +105,16 @@ pub unsafe extern "C" fn gs_run(
                     ))
                 }
             };
-            if o.flags & !GS_RUN_FREEZE_ESTIMATES != 0 {
+            let known = GS_RUN_FREEZE_ESTIMATES | GS_RUN_TRACE;
+            if o.flags & !known != 0 {
+                let unknown = o.flags & !known;
                 return Err(FfiError::new(
                     GS_ERR_INVALID_ARGUMENT,
-                    format!(
-                        "options.flags has unknown bits {:#x}",
-                        o.flags & !GS_RUN_FREEZE_ESTIMATES
-                    ),
+                    format!("options.flags has unknown bits {unknown:#x}"),
                 ));
             }
             run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
+            run_options.trace = o.flags & GS_RUN_TRACE != 0;
             run_options.window = o.window as usize;
             run_options.memory_limit_bytes = o.memory_limit_bytes;
         }
@@ -143,6 +146,33 @@ pub extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut RunSta
         // SAFETY: writable by contract.
         *unsafe { out_arg(out, "out") }? = r.result.stats();
         Ok(())
+    })
+}
+
+/// Writes a traced run (`GS_RUN_TRACE`) as Chrome trace-event JSON to `path`: one track per
+/// thread, one slice per node, counters for live and reserved bytes. Opens in Perfetto
+/// (ui.perfetto.dev) or chrome://tracing.
+///
+/// # Safety
+/// `path` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn gs_result_write_trace(
+    result: *const gs_run_result,
+    path: *const std::ffi::c_char,
+) -> gs_status {
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        let r = unsafe { handle_ref(result, "result") }?;
+        // SAFETY: NUL-terminated by contract.
+        let path = unsafe { super::handle::str_arg(path, "path") }?;
+        let Some(json) = r.result.chrome_trace() else {
+            return Err(FfiError::new(
+                GS_ERR_INVALID_ARGUMENT,
+                "the run was not traced: set GS_RUN_TRACE in gs_run_options.flags",
+            ));
+        };
+        std::fs::write(path, json)
+            .map_err(|e| FfiError::new(GS_ERR_IO, format!("cannot write the trace to '{path}': {e}")))
     })
 }
 

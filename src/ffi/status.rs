@@ -49,6 +49,8 @@ pub enum gs_status {
     GS_ERR_PANIC = 17,
     /// A run's memory limit cannot be met: the message names the node and the bytes.
     GS_ERR_MEMORY_LIMIT = 18,
+    /// Reading or writing a file failed; the message names the file and the reason.
+    GS_ERR_IO = 19,
 }
 
 use gs_status::*;
@@ -72,12 +74,13 @@ impl From<ErrorKind> for gs_status {
             ErrorKind::NotAnOutput => GS_ERR_NOT_AN_OUTPUT,
             ErrorKind::UnknownPointer => GS_ERR_UNKNOWN_POINTER,
             ErrorKind::MemoryLimit => GS_ERR_MEMORY_LIMIT,
+            ErrorKind::Io => GS_ERR_IO,
         }
     }
 }
 
 /// Every status, for tests and for `gs_status_name`.
-pub(crate) const ALL_STATUSES: [gs_status; 19] = [
+pub(crate) const ALL_STATUSES: [gs_status; 20] = [
     GS_OK,
     GS_ERR_NULL_ARGUMENT,
     GS_ERR_INVALID_HANDLE,
@@ -97,6 +100,7 @@ pub(crate) const ALL_STATUSES: [gs_status; 19] = [
     GS_ERR_UNKNOWN_POINTER,
     GS_ERR_PANIC,
     GS_ERR_MEMORY_LIMIT,
+    GS_ERR_IO,
 ];
 
 /// A failure on its way to C: the status plus the sentence for the last error.
@@ -191,6 +195,7 @@ pub extern "C" fn gs_status_name(status: i32) -> *const c_char {
         Some(GS_ERR_UNKNOWN_POINTER) => cstr!("GS_ERR_UNKNOWN_POINTER"),
         Some(GS_ERR_PANIC) => cstr!("GS_ERR_PANIC"),
         Some(GS_ERR_MEMORY_LIMIT) => cstr!("GS_ERR_MEMORY_LIMIT"),
+        Some(GS_ERR_IO) => cstr!("GS_ERR_IO"),
         None => cstr!("GS_UNKNOWN_STATUS"),
     }
 }

@@ -1,0 +1,137 @@
+//! Pictures of graphs and runs: Chrome trace-event JSON of a traced run (opens in Perfetto or
+//! chrome://tracing) and Graphviz DOT of a graph.
+
+use std::fmt::Write;
+
+use crate::exec::NodeEvent;
+use crate::graph::Graph;
+
+/// A traced run as Chrome trace-event JSON: one track per thread ("caller", "worker 1", ...),
+/// one slice per node with its name, op type and output bytes, and counter tracks for the run's
+/// live bytes and the pool's reserved bytes.
+pub fn chrome_trace(graph: &Graph, events: &[NodeEvent]) -> String {
+    let mut out = String::from("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    let mut threads: Vec<u32> = events.iter().map(|e| e.thread).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    let mut first = true;
+    let mut sep = |out: &mut String| {
+        if !first {
+            out.push_str(",\n");
+        }
+        first = false;
+    };
+    for &t in &threads {
+        sep(&mut out);
+        let name = if t == 0 {
+            "caller".to_string()
+        } else {
+            format!("worker {t}")
+        };
+        let _ = write!(
+            out,
+            "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":{t},\"args\":{{\"name\":\"{name}\"}}}}"
+        );
+    }
+    for e in events {
+        let bytes: u64 = graph
+            .node_values(e.node)
+            .map(|v| graph.value_size(v).bytes().unwrap_or(0) as u64)
+            .sum();
+        sep(&mut out);
+        let _ = write!(
+            out,
+            "{{\"ph\":\"X\",\"pid\":1,\"tid\":{},\"name\":\"{}\",\"cat\":\"{}\",\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"node\":{},\"op\":\"{}\",\"output_bytes\":{}}}}}",
+            e.thread,
+            escape(graph.node_name(e.node)),
+            escape(graph.op_type(e.node)),
+            e.start_ns as f64 / 1000.0,
+            (e.end_ns - e.start_ns) as f64 / 1000.0,
+            e.node,
+            escape(graph.op_type(e.node)),
+            bytes
+        );
+        sep(&mut out);
+        let _ = write!(
+            out,
+            "{{\"ph\":\"C\",\"pid\":1,\"name\":\"memory\",\"ts\":{:.3},\"args\":{{\"live_bytes\":{},\"reserved_bytes\":{}}}}}",
+            e.end_ns as f64 / 1000.0,
+            e.live_bytes,
+            e.reserved_bytes
+        );
+    }
+    out.push_str("\n]}\n");
+    out
+}
+
+/// The graph as Graphviz DOT: boxes labelled with name and op type, area and colour growing with
+/// output bytes, the critical path (under the current estimates) in red.
+pub fn dot(graph: &Graph) -> String {
+    let prio = graph.priorities();
+    let critical = |v: u32| !graph.is_graph_input(v) && prio.slack[v as usize] == 0;
+    let bytes = |v: u32| -> u64 {
+        graph
+            .node_values(v)
+            .map(|val| graph.value_size(val).bytes().unwrap_or(0) as u64)
+            .sum()
+    };
+    let largest = (0..graph.node_count() as u32).map(bytes).max().unwrap_or(1).max(1) as f64;
+    let mut out = String::from(
+        "digraph graphsched {\n  rankdir=TB;\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n",
+    );
+    for v in 0..graph.node_count() as u32 {
+        let share = bytes(v) as f64 / largest; // 0..1
+        let width = 0.8 + 2.2 * share.sqrt();
+        // From pale yellow (small) to deep orange (largest output).
+        let green = (230.0 - 150.0 * share) as u8;
+        let blue = (180.0 - 170.0 * share) as u8;
+        let _ = writeln!(
+            out,
+            "  n{v} [label=\"{}\\n{}\\n{} B\", width={width:.2}, fillcolor=\"#ff{green:02x}{blue:02x}\"{}];",
+            escape(graph.node_name(v)),
+            escape(if graph.is_graph_input(v) {
+                "input"
+            } else {
+                graph.op_type(v)
+            }),
+            bytes(v),
+            if critical(v) { ", color=red, penwidth=3" } else { "" }
+        );
+    }
+    for v in 0..graph.node_count() as u32 {
+        let mut seen = Vec::new();
+        for &s in graph.successors(v) {
+            if seen.contains(&s) {
+                continue;
+            }
+            seen.push(s);
+            let on_path = critical(v)
+                && critical(s)
+                && prio.top_level[s as usize] == prio.top_level[v as usize] + prio.weight[v as usize];
+            let _ = writeln!(
+                out,
+                "  n{v} -> n{s}{};",
+                if on_path { " [color=red, penwidth=3]" } else { "" }
+            );
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// Escapes text for a JSON or DOT string literal.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
