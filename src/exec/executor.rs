@@ -290,18 +290,38 @@ impl Shared {
             }
         }
         state.flush(scratch);
-        // This task is done. If it is the run's last, nodes may still wait for memory.
-        if state.active.load(Ordering::Acquire) == 1 {
-            scratch.ready.clear();
-            state.resolve_stall(&mut scratch.ready);
-            let admitted = std::mem::take(&mut scratch.ready);
-            state.active.fetch_add(admitted.len(), Ordering::AcqRel);
-            self.push(run, &admitted, local);
-            scratch.ready = admitted;
-        }
-        if state.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The run is over; from here on nothing of it may be touched.
-            self.sleep.notify();
+        // This task is done: leave the run's active count. The task that leaves it last must
+        // first give nodes still waiting for memory their chance (or fail the run), since no
+        // release will come after it. Only an active task adds to the count, so while it reads 1
+        // this task is alone and the check cannot go stale before the decrement below.
+        let mut active = state.active.load(Ordering::Acquire);
+        loop {
+            if active == 1 && state.has_gate() {
+                scratch.ready.clear();
+                state.resolve_stall(&mut scratch.ready);
+                let admitted = std::mem::take(&mut scratch.ready);
+                if !admitted.is_empty() {
+                    state.active.fetch_add(admitted.len(), Ordering::AcqRel);
+                    self.push(run, &admitted, local);
+                }
+                scratch.ready = admitted;
+                active = state.active.load(Ordering::Acquire);
+                if active != 1 {
+                    continue;
+                }
+            }
+            match state
+                .active
+                .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(1) => {
+                    // The run is over; from here on nothing of it may be touched.
+                    self.sleep.notify();
+                    return;
+                }
+                Ok(_) => return,
+                Err(now) => active = now,
+            }
         }
     }
 }

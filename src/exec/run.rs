@@ -171,6 +171,18 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     if let Some(e) = state.take_error() {
         return Err(e);
     }
+    let (nodes_run, _, _) = state.stats();
+    let operators = graph.node_count() - graph.graph_inputs().len();
+    if nodes_run as usize != operators {
+        // A run that ends early without an error would hand back missing outputs: never.
+        return err(
+            ErrorKind::KernelPanicked,
+            format!(
+                "internal error: the run ended with {} of {operators} nodes executed",
+                nodes_run
+            ),
+        );
+    }
     let outputs = graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))).collect();
     let (nodes_run, peak_live_bytes, acquires) = state.stats();
     let busy_ns = state.busy_ns();

@@ -483,6 +483,10 @@ impl<'r> RunState<'r> {
         });
     }
 
+    pub fn has_gate(&self) -> bool {
+        self.gate.is_some()
+    }
+
     /// Called by the run's last active task before it finishes: if nodes still wait for memory
     /// that nothing running will release, admit what fits or fail the run naming the culprit.
     pub fn resolve_stall(&self, out: &mut Vec<u32>) {
