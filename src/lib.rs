@@ -32,6 +32,7 @@ pub mod error;
 pub mod exec;
 pub mod ffi;
 pub mod graph;
+pub mod plan;
 pub mod pool;
 pub mod sched;
 pub mod sim;

@@ -1,0 +1,354 @@
+//! Static memory plans: every statically sized value of a graph gets a fixed offset in one arena,
+//! computed once, so repeated runs allocate nothing per value.
+//!
+//! Placement is greedy by size with best fit (as TFLite's arena planner, "Efficient Memory
+//! Management for Deep Neural Net Inference", 2020): values are placed largest first, each in the
+//! tightest gap left between the already placed values it *conflicts* with, or above them all.
+//! Two modes decide what conflicts:
+//! - [`Mode::Sequential`]: lifetimes are intervals of one fixed order (the run follows it on one
+//!   thread); two values conflict when their intervals overlap.
+//! - [`Mode::ParallelSafe`]: two values may share bytes only when every consumer of one is an
+//!   ancestor of the producer of the other in the graph's partial order, so any order an executor
+//!   picks is safe. This needs reachability, kept as one ancestor bitset per node.
+//!
+//! Graph inputs live in caller memory and dynamic values come from the pool as the kernel asks;
+//! neither is planned.
+
+use crate::error::{err, ErrorKind, Result};
+use crate::graph::{Graph, OutputSize};
+
+/// Alignment of every planned value's offset (and so of its address: arenas are 64-aligned).
+pub const PLAN_ALIGNMENT: usize = 16;
+
+/// Largest graph a parallel-safe plan takes on: its reachability bitsets grow with the square of
+/// the node count (20,000 nodes: 50 MB).
+pub const MAX_PARALLEL_SAFE_NODES: usize = 20_000;
+
+/// Which order the sequential mode follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Order {
+    /// The graph's topological order (the insertion order when that is valid).
+    #[default]
+    Topological,
+    /// A topological order chosen to keep live bytes low: among ready nodes, the one that
+    /// frees the most bytes net of what it allocates goes first.
+    MemoryAware,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Sequential(Order),
+    ParallelSafe,
+}
+
+/// A computed plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub mode: Mode,
+    /// Bytes of the arena that holds every planned value.
+    pub arena_bytes: u64,
+    /// Per value: its offset in the arena, or `None` if not planned (graph inputs, dynamic).
+    pub offsets: Vec<Option<u64>>,
+    /// The order a sequential plan was made for (every node, graph inputs included).
+    pub order: Vec<u32>,
+    /// The max-live lower bound for `order`: no placement following it needs less.
+    pub max_live_bytes: u64,
+}
+
+impl Plan {
+    /// Plans `graph` in `mode`.
+    pub fn new(graph: &Graph, mode: Mode) -> Result<Plan> {
+        let order = match mode {
+            Mode::Sequential(Order::MemoryAware) => memory_aware_order(graph),
+            _ => graph.topological_order().to_vec(),
+        };
+        let n = graph.node_count();
+        let mut position = vec![0u32; n];
+        for (i, &v) in order.iter().enumerate() {
+            position[v as usize] = i as u32;
+        }
+        let values = planned_values(graph);
+        let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
+        let max_live_bytes = max_live(graph, &values, &lifetimes, order.len());
+        let conflicts: Box<dyn Fn(usize, usize) -> bool> = match mode {
+            Mode::Sequential(_) => Box::new(|a: usize, b: usize| {
+                let (x, y) = (lifetimes[a], lifetimes[b]);
+                x.0 <= y.1 && y.0 <= x.1
+            }),
+            Mode::ParallelSafe => {
+                if n > MAX_PARALLEL_SAFE_NODES {
+                    return err(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "a parallel-safe plan handles at most {MAX_PARALLEL_SAFE_NODES} nodes; this graph has {n}"
+                        ),
+                    );
+                }
+                let reach = Ancestors::new(graph);
+                let values = values.clone();
+                Box::new(move |a: usize, b: usize| !reach.disjoint(graph, values[a], values[b]))
+            }
+        };
+        let offsets_by_index = place(graph, &values, &*conflicts);
+        let mut offsets = vec![None; graph.value_count()];
+        let mut arena_bytes = 0u64;
+        for (i, &v) in values.iter().enumerate() {
+            offsets[v as usize] = Some(offsets_by_index[i]);
+            arena_bytes = arena_bytes.max(offsets_by_index[i] + aligned(size(graph, v)));
+        }
+        Ok(Plan {
+            mode,
+            arena_bytes,
+            offsets,
+            order,
+            max_live_bytes,
+        })
+    }
+
+    /// Checks the plan: no two values that may be live at once (under the plan's mode) share a
+    /// byte, and every planned offset is aligned. Returns the first violation as an error naming
+    /// the values.
+    pub fn verify(&self, graph: &Graph) -> Result<()> {
+        let mut position = vec![0u32; graph.node_count()];
+        for (i, &v) in self.order.iter().enumerate() {
+            position[v as usize] = i as u32;
+        }
+        let planned: Vec<u32> = (0..graph.value_count() as u32)
+            .filter(|&v| self.offsets[v as usize].is_some())
+            .collect();
+        let reach = matches!(self.mode, Mode::ParallelSafe).then(|| Ancestors::new(graph));
+        for (i, &a) in planned.iter().enumerate() {
+            let oa = self.offsets[a as usize].unwrap();
+            if oa % PLAN_ALIGNMENT as u64 != 0 || oa + size(graph, a) > self.arena_bytes {
+                return err(
+                    ErrorKind::InvalidArgument,
+                    format!("value {} is misplaced at offset {oa}", describe(graph, a)),
+                );
+            }
+            for &b in &planned[i + 1..] {
+                let ob = self.offsets[b as usize].unwrap();
+                let overlap = oa < ob + size(graph, b) && ob < oa + size(graph, a);
+                if !overlap {
+                    continue;
+                }
+                let conflict = match &reach {
+                    Some(r) => !r.disjoint(graph, a, b),
+                    None => {
+                        let (x, y) = (lifetime(graph, &position, a), lifetime(graph, &position, b));
+                        x.0 <= y.1 && y.0 <= x.1
+                    }
+                };
+                if conflict {
+                    return err(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "values {} and {} may be live at once but share bytes",
+                            describe(graph, a),
+                            describe(graph, b)
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn describe(graph: &Graph, v: u32) -> String {
+    let r = graph.value_ref(v);
+    format!("{} of node '{}'", r.output, graph.node_name(r.node))
+}
+
+fn size(graph: &Graph, v: u32) -> u64 {
+    graph.value_size(v).bytes().unwrap_or(0) as u64
+}
+
+fn aligned(bytes: u64) -> u64 {
+    bytes.next_multiple_of(PLAN_ALIGNMENT as u64)
+}
+
+/// Values the plan places: statically sized outputs of operator nodes.
+fn planned_values(graph: &Graph) -> Vec<u32> {
+    (0..graph.value_count() as u32)
+        .filter(|&v| {
+            !graph.is_graph_input(graph.value_producer(v)) && matches!(graph.value_size(v), OutputSize::Bytes(_))
+        })
+        .collect()
+}
+
+/// First and last position (in the order) at which a value is live: from its producer to its
+/// last consumer, to the end for graph outputs.
+fn lifetime(graph: &Graph, position: &[u32], v: u32) -> (u32, u32) {
+    let start = position[graph.value_producer(v) as usize];
+    let end = if graph.is_graph_output(v) {
+        u32::MAX
+    } else {
+        readers(graph, v)
+            .iter()
+            .map(|&c| position[c as usize])
+            .max()
+            .unwrap_or(start)
+    };
+    (start, end.max(start))
+}
+
+/// The nodes that read a value.
+fn readers(graph: &Graph, v: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = graph
+        .successors(graph.value_producer(v))
+        .iter()
+        .copied()
+        .filter(|&s| graph.node_inputs(s).contains(&v))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// The largest sum of live planned bytes at any position of the order.
+fn max_live(graph: &Graph, values: &[u32], lifetimes: &[(u32, u32)], len: usize) -> u64 {
+    let mut delta = vec![0i64; len + 1];
+    for (i, &v) in values.iter().enumerate() {
+        let (s, e) = lifetimes[i];
+        delta[s as usize] += size(graph, v) as i64;
+        let end = (e as usize).saturating_add(1).min(len);
+        delta[end] -= size(graph, v) as i64;
+    }
+    let (mut live, mut peak) = (0i64, 0i64);
+    for d in delta {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak as u64
+}
+
+/// Greedy by size, best fit: largest values first, each at the lowest-waste gap among the
+/// values already placed that it conflicts with.
+fn place(graph: &Graph, values: &[u32], conflicts: &dyn Fn(usize, usize) -> bool) -> Vec<u64> {
+    let mut by_size: Vec<usize> = (0..values.len()).collect();
+    by_size.sort_by_key(|&i| (std::cmp::Reverse(size(graph, values[i])), i));
+    let mut offset = vec![0u64; values.len()];
+    let mut placed: Vec<usize> = Vec::new();
+    for &i in &by_size {
+        let need = aligned(size(graph, values[i]));
+        let mut taken: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|&&j| conflicts(i, j))
+            .map(|&j| (offset[j], offset[j] + aligned(size(graph, values[j]))))
+            .collect();
+        taken.sort_unstable();
+        let (mut best, mut best_waste) = (None, u64::MAX);
+        let mut cursor = 0u64;
+        for &(s, e) in &taken {
+            if s >= cursor + need && s - cursor - need < best_waste {
+                best = Some(cursor);
+                best_waste = s - cursor - need;
+            }
+            cursor = cursor.max(e);
+        }
+        offset[i] = best.unwrap_or(cursor);
+        placed.push(i);
+    }
+    offset
+}
+
+/// A topological order that keeps live bytes low: repeatedly run the ready node whose execution
+/// frees the most bytes (values whose last consumer it is) net of the bytes it allocates; ties
+/// go to the earliest in the graph's own order. Quadratic in the worst case; fine for the
+/// thousands of nodes of inference graphs.
+fn memory_aware_order(graph: &Graph) -> Vec<u32> {
+    let n = graph.node_count();
+    let mut pending: Vec<u32> = (0..n as u32).map(|v| graph.node_inputs(v).len() as u32).collect();
+    let mut readers_left: Vec<u32> = (0..graph.value_count() as u32).map(|v| graph.consumers(v)).collect();
+    let mut ready: Vec<u32> = (0..n as u32).filter(|&v| pending[v as usize] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    let mut topo_pos = vec![0u32; n];
+    for (i, &v) in graph.topological_order().iter().enumerate() {
+        topo_pos[v as usize] = i as u32;
+    }
+    while !ready.is_empty() {
+        let score = |v: u32| -> (i64, u32) {
+            let allocates: i64 = graph.node_values(v).map(|val| size(graph, val) as i64).sum();
+            let mut frees = 0i64;
+            let mut seen: Vec<u32> = Vec::new();
+            for &val in graph.node_inputs(v) {
+                if seen.contains(&val) {
+                    continue;
+                }
+                seen.push(val);
+                let uses = graph.node_inputs(v).iter().filter(|&&x| x == val).count() as u32;
+                if readers_left[val as usize] == uses && !graph.is_graph_output(val) {
+                    frees += size(graph, val) as i64;
+                }
+            }
+            (allocates - frees, topo_pos[v as usize])
+        };
+        let (at, _) = ready
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &v)| score(v))
+            .expect("non-empty");
+        let v = ready.swap_remove(at);
+        order.push(v);
+        for &val in graph.node_inputs(v) {
+            readers_left[val as usize] -= 1;
+        }
+        for &s in graph.successors(v) {
+            pending[s as usize] -= 1;
+            if pending[s as usize] == 0 {
+                ready.push(s);
+            }
+        }
+    }
+    order
+}
+
+/// Reachability: for each node, the set of its strict ancestors.
+struct Ancestors {
+    words: usize,
+    bits: Vec<u64>,
+}
+
+impl Ancestors {
+    fn new(graph: &Graph) -> Ancestors {
+        let n = graph.node_count();
+        let words = n.div_ceil(64);
+        let mut bits = vec![0u64; n * words];
+        for &v in graph.topological_order() {
+            let v = v as usize;
+            for &val in graph.node_inputs(v as u32) {
+                let p = graph.value_producer(val) as usize;
+                // ancestors(v) |= ancestors(p) | {p}; p precedes v in topological order.
+                let (lo, hi) = bits.split_at_mut(v * words);
+                let src = &lo[p * words..(p + 1) * words];
+                for (d, s) in hi[..words].iter_mut().zip(src) {
+                    *d |= s;
+                }
+                hi[p / 64] |= 1 << (p % 64);
+            }
+        }
+        Ancestors { words, bits }
+    }
+
+    /// Whether `a` is a strict ancestor of `b`.
+    fn before(&self, a: u32, b: u32) -> bool {
+        self.bits[b as usize * self.words + a as usize / 64] >> (a % 64) & 1 == 1
+    }
+
+    /// Whether value `x`'s whole life ends before value `y` is produced.
+    fn ends_before(&self, graph: &Graph, x: u32, y: u32) -> bool {
+        if graph.is_graph_output(x) {
+            return false;
+        }
+        let py = graph.value_producer(y);
+        let readers = readers(graph, x);
+        if readers.is_empty() {
+            return self.before(graph.value_producer(x), py);
+        }
+        readers.iter().all(|&c| self.before(c, py))
+    }
+
+    /// Whether two values can never be live at once, whatever the order.
+    fn disjoint(&self, graph: &Graph, x: u32, y: u32) -> bool {
+        self.ends_before(graph, x, y) || self.ends_before(graph, y, x)
+    }
+}
