@@ -18,11 +18,14 @@
     X(gs_value, 8, 4)           \
     X(gs_input_binding, 160, 8) \
     X(gs_graph_info, 80, 8)     \
-    X(gs_pool_config, 24, 8)     \
+    X(gs_pool_config, 24, 8)    \
     X(gs_pool_stats, 88, 8)     \
-    X(gs_run_stats, 40, 8)      \
+    X(gs_run_stats, 56, 8)      \
     X(gs_node_desc, 72, 8)      \
-    X(gs_run_options, 16, 8)
+    X(gs_run_options, 48, 8)    \
+    X(gs_executor_config, 4, 4) \
+    X(gs_sim_options, 24, 8)    \
+    X(gs_sim_result, 56, 8)
 
 #define STATIC_LAYOUT(type, size, align)                              \
     _Static_assert(sizeof(type) == (size), "sizeof(" #type ")");      \
@@ -45,9 +48,23 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_node_desc, output_sizes, 48)            \
     X(gs_node_desc, flags, 64)                   \
     X(gs_run_options, num_inputs, 8)             \
+    X(gs_run_options, executor, 16)              \
+    X(gs_run_options, memory_limit_bytes, 24)    \
+    X(gs_run_options, window, 32)                \
+    X(gs_run_options, policy, 36)                \
+    X(gs_run_options, flags, 40)                 \
+    X(gs_executor_config, threads, 0)            \
+    X(gs_sim_options, policy, 4)                 \
+    X(gs_sim_options, window, 8)                 \
+    X(gs_sim_options, memory_limit_bytes, 16)    \
+    X(gs_sim_result, peak_live_bytes, 32)        \
+    X(gs_sim_result, nodes_run, 40)              \
+    X(gs_sim_result, utilization, 48)            \
     X(gs_graph_info, node_lower_bound_bytes, 72) \
     X(gs_pool_stats, releases, 80)               \
-    X(gs_run_stats, os_allocs, 32)
+    X(gs_run_stats, os_allocs, 32)               \
+    X(gs_run_stats, threads, 40)                 \
+    X(gs_run_stats, busy_ns, 48)
 
 #define STATIC_OFFSET(type, field, offset) \
     _Static_assert(offsetof(type, field) == (offset), "offsetof(" #type ", " #field ")");
@@ -64,7 +81,7 @@ static int failures;
 
 static void check_layout(const char *type, size_t size, size_t align, size_t want_size, size_t want_align) {
     int ok = size == want_size && align == want_align;
-    printf("  %-18s size %3zu align %zu  %s\n", type, size, align, ok ? "ok" : "MISMATCH");
+    printf("  %-20s size %3zu align %zu  %s\n", type, size, align, ok ? "ok" : "MISMATCH");
     if (!ok) {
         fprintf(stderr, "%s: size %zu align %zu, the Rust side pins size %zu align %zu\n", type, size, align,
                 want_size, want_align);

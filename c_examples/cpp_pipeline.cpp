@@ -172,7 +172,9 @@ int run_example() {
     binding.value = x;
     binding.tensor.data = xs.data();
     binding.tensor.nbytes = sizeof xs;
-    const gs_run_options options{&binding, 1};
+    gs_run_options options{};  // zero-initialized: every field not set here takes its default
+    options.inputs = &binding;
+    options.num_inputs = 1;
     auto run = [&] {
         gs_run_result *raw = nullptr;
         GS_TRY(gs_run(g.get(), pool.get(), &options, &raw));

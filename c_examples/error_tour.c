@@ -159,7 +159,7 @@ int main(void) {
 
     _Alignas(16) static unsigned char buf[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     gs_input_binding bind[2] = {{.value = x, .tensor = {.data = buf, .nbytes = 16}}};
-    gs_run_options opts = {bind, 1};
+    gs_run_options opts = {.inputs = bind, .num_inputs = 1};
     EXPECT(gs_run(g, pool, NULL, &result), GS_ERR_INPUT_BINDING, "'x'", "not bound");
     bind[0].tensor.nbytes = 8;
     EXPECT(gs_run(g, pool, &opts, &result), GS_ERR_INPUT_BINDING, "'x'", "16 bytes", "8 bytes");
@@ -167,9 +167,10 @@ int main(void) {
     EXPECT(gs_run(g, pool, &opts, &result), GS_ERR_INPUT_BINDING, "'x'", "aligned");
     bind[0].tensor.data = buf;
     bind[1] = bind[0];
-    EXPECT(gs_run(g, pool, &(gs_run_options){bind, 2}, &result), GS_ERR_INPUT_BINDING, "'x'", "twice");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.inputs = bind, .num_inputs = 2}, &result), GS_ERR_INPUT_BINDING, "'x'",
+           "twice");
     bind[1].value = first;
-    EXPECT(gs_run(g, pool, &(gs_run_options){bind + 1, 1}, &result), GS_ERR_INPUT_BINDING, "(1, 0)",
+    EXPECT(gs_run(g, pool, &(gs_run_options){.inputs = bind + 1, .num_inputs = 1}, &result), GS_ERR_INPUT_BINDING, "(1, 0)",
            "not a graph input");
 
     EXPECT(gs_run(g, pool, &opts, &result), GS_ERR_KERNEL_FAILED, "'checker'", "bad shape", "returned 7");
@@ -187,6 +188,71 @@ int main(void) {
     gs_result_free(result);
     CHECK(live_bytes(pool) == 0, "bytes still live after gs_result_free");
     gs_graph_free(g);
+
+    printf("executors, run options, simulation\n");
+    EXPECT(gs_executor_new(NULL, NULL), GS_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT(gs_executor_new(&(gs_executor_config){.threads = 2}, NULL), GS_ERR_NULL_ARGUMENT, "'out'");
+    gs_executor *exec = NULL;
+    CHECK_OK(gs_executor_new(&(gs_executor_config){.threads = 2}, &exec));
+    CHECK(gs_executor_threads(exec) == 2, "gs_executor_threads is %u, expected 2", (unsigned)gs_executor_threads(exec));
+    /* gs_executor_threads returns a count, 0 for a bad handle (with the last error set). */
+    CHECK(gs_executor_threads(NULL) == 0 && strstr(gs_last_error_message(), "'executor'"),
+          "gs_executor_threads(NULL): \"%s\"", gs_last_error_message());
+    CHECK(gs_executor_threads((gs_executor *)(void *)&fake) == 0 && strstr(gs_last_error_message(), "gs_executor"),
+          "gs_executor_threads(never created): \"%s\"", gs_last_error_message());
+    printf("  ok  gs_executor_threads(bad handle) is 0\n");
+
+    /* src (64 bytes) -> big (4096 bytes) -> tail (16 bytes); "tail" is the graph output. */
+    CHECK_OK(gs_graph_new(&g));
+    gs_value src = {0, 0}, big = {1, 0}, tail = {2, 0};
+    gs_sim_options sim = {.threads = 2};
+    gs_sim_result simres;
+    CHECK_OK(add(g, "src", NULL, 0, 64));
+    gs_node_desc big_desc = {.name = "big", .op_type = "Expand", .kernel = copy_kernel, .inputs = &src,
+                             .num_inputs = 1, .num_outputs = 1, .output_sizes = &(size_t){4096}};
+    CHECK_OK(gs_graph_add_node(g, &big_desc, NULL));
+    CHECK_OK(add(g, "tail", &big, 1, 16));
+    CHECK_OK(gs_graph_mark_output(g, tail));
+    EXPECT(gs_simulate(g, &sim, &simres), GS_ERR_NOT_FINALIZED, "gs_graph_finalize");
+    CHECK_OK(gs_graph_finalize(g));
+
+    gs_run_options bad = {.executor = (gs_executor *)(void *)&fake}; /* never created */
+    EXPECT(gs_run(g, pool, &bad, &result), GS_ERR_INVALID_HANDLE, "'options.executor'", "gs_executor");
+    bad.executor = (gs_executor *)(void *)pool; /* a handle of another kind */
+    EXPECT(gs_run(g, pool, &bad, &result), GS_ERR_INVALID_HANDLE, "'options.executor'", "gs_executor");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.executor = exec, .policy = 7}, &result), GS_ERR_INVALID_ARGUMENT,
+           "options.policy", "7");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.policy = 7}, &result), GS_ERR_INVALID_ARGUMENT, "options.policy");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.executor = exec, .flags = 0x100}, &result), GS_ERR_INVALID_ARGUMENT,
+           "options.flags", "0x100");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.flags = GS_RUN_FREEZE_ESTIMATES | 0x80000000u}, &result),
+           GS_ERR_INVALID_ARGUMENT, "options.flags", "0x80000000");
+
+    result = NULL;
+    /* 1000 bytes: "src" fits, "big" (4096 bytes) never can. */
+    EXPECT(gs_run(g, pool, &(gs_run_options){.memory_limit_bytes = 1000}, &result), GS_ERR_MEMORY_LIMIT, "'big'",
+           "4096 bytes", "1000-byte");
+    CHECK(live_bytes(pool) == 0, "bytes still live after a run over its memory limit");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.executor = exec, .memory_limit_bytes = 1000}, &result),
+           GS_ERR_MEMORY_LIMIT, "'big'", "4096 bytes", "1000-byte");
+    CHECK(live_bytes(pool) == 0, "bytes still live after a run over its memory limit (executor)");
+    CHECK(result == NULL, "a failed run must leave *out untouched");
+    CHECK_OK(gs_run(g, pool, &(gs_run_options){.executor = exec, .memory_limit_bytes = 4096 + 64}, &result));
+    gs_result_free(result);
+    result = NULL;
+    CHECK(live_bytes(pool) == 0, "bytes still live after gs_result_free");
+
+    EXPECT(gs_simulate(g, &(gs_sim_options){.threads = 0}, &simres), GS_ERR_INVALID_ARGUMENT, "threads");
+    EXPECT(gs_simulate(g, &(gs_sim_options){.threads = 1, .policy = 7}, &simres), GS_ERR_INVALID_ARGUMENT,
+           "options.policy");
+    EXPECT(gs_simulate(g, &(gs_sim_options){.threads = 1, .memory_limit_bytes = 1000}, &simres),
+           GS_ERR_MEMORY_LIMIT, "'big'", "4096 bytes");
+    EXPECT(gs_simulate(g, NULL, &simres), GS_ERR_NULL_ARGUMENT, "'options'");
+    EXPECT(gs_simulate(g, &sim, NULL), GS_ERR_NULL_ARGUMENT, "'out'");
+    EXPECT(gs_simulate(NULL, &sim, &simres), GS_ERR_NULL_ARGUMENT, "'graph'");
+    CHECK_OK(gs_simulate(g, &sim, &simres));
+    gs_graph_free(g);
+    gs_executor_free(exec);
 
     printf("pool\n");
     void *p = NULL;
@@ -208,6 +274,7 @@ int main(void) {
     gs_graph_free(NULL);
     gs_pool_free(NULL);
     gs_result_free(NULL);
+    gs_executor_free(NULL);
     CHECK(strcmp(before, gs_last_error_message()) == 0, "gs_*_free(NULL) changed the last error");
     CHECK(strcmp(gs_status_name(GS_ERR_CYCLE), "GS_ERR_CYCLE") == 0, "gs_status_name(GS_ERR_CYCLE)");
     CHECK(strcmp(gs_status_name(-1), "GS_UNKNOWN_STATUS") == 0, "gs_status_name(-1)");

@@ -144,7 +144,7 @@ int main(void) {
         want_stats[0] = (float)count;
 
         gs_input_binding b = {.value = x, .tensor = {.data = xs, .nbytes = sizeof xs}};
-        gs_run_options opts = {&b, 1};
+        gs_run_options opts = {.inputs = &b, .num_inputs = 1};
         gs_run_result *r;
         CHECK_OK(gs_run(g, pool, &opts, &r));
 

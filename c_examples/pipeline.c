@@ -174,7 +174,7 @@ int main(void) {
             .tensor = {.data = xs, .nbytes = sizeof xs, .dtype = GS_DTYPE_F32, .ndim = 1,
                        .dims = {N}, .strides = {1}},
         };
-        gs_run_options opts = {&binding, 1};
+        gs_run_options opts = {.inputs = &binding, .num_inputs = 1};
 
         gs_run_result *result;
         CHECK_OK(gs_run(g, pool, &opts, &result));

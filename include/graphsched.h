@@ -78,9 +78,6 @@
 // the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
 #define GS_RUN_TRACE 2
 
-// Number of priority bands the executor queues by.
-#define BANDS 16
-
 // What a call did. 0 is success; every other value names one kind of failure, and
 // `gs_last_error_message()` says which node, value or argument it was about.
 enum gs_status

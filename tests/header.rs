@@ -57,3 +57,21 @@ fn version_string_macro_matches_cargo() {
     assert!(header.contains(&format!("#define GS_VERSION_NUMBER {number}\n")));
     assert_eq!(graphsched::ffi::gs_version_number(), number);
 }
+
+#[test]
+fn every_name_the_header_defines_is_prefixed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(root.join("include/graphsched.h")).unwrap();
+    for line in header.lines() {
+        if let Some(rest) = line.strip_prefix("#define ") {
+            let name = rest.split_whitespace().next().unwrap();
+            assert!(
+                name.starts_with("GS_") || name == "GRAPHSCHED_H",
+                "unprefixed macro {name}"
+            );
+        }
+        if let Some(rest) = line.strip_prefix("typedef struct ") {
+            assert!(rest.starts_with("gs_"), "unprefixed type in `{line}`");
+        }
+    }
+}

@@ -268,7 +268,10 @@ impl Shared {
         loop {
             if let Some(window) = &state.window {
                 if !window.enter(node) {
-                    return; // deferred: still counted, restarted by the next node that leaves
+                    // Deferred: still counted in `active`, so the run is alive; restarted by the
+                    // next node that leaves the window. Hand over this task's counts first.
+                    state.flush(scratch);
+                    return;
                 }
             }
             scratch.ready.clear();

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::ctx::Buffer;
 use super::executor::Executor;
 use super::state::{release, NodeEvent, RunState, Scratch, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
+use crate::plan::{Mode, Plan};
 use crate::pool::Pool;
 use crate::sched::Policy;
 use crate::tensor::Tensor;
@@ -42,6 +44,10 @@ pub struct RunOptions<'a> {
     /// Record when and where every node ran ([`RunResult::events`]) and the time spent in
     /// kernels; costs a clock reading and a lock per node.
     pub trace: bool,
+    /// Place statically sized values at this plan's offsets, in one arena taken from the pool
+    /// per run (kept by the result while it lives). A sequential plan runs without an executor,
+    /// in the plan's order; a parallel-safe plan runs either way.
+    pub plan: Option<&'a Plan>,
 }
 
 /// Figures of one run. (C: `gs_run_stats`).
@@ -68,6 +74,8 @@ pub struct RunResult {
     graph: Arc<Graph>,
     pool: Arc<Pool>,
     outputs: Vec<(u32, Slot)>,
+    /// The planned run's arena: graph outputs may live in it.
+    arena: Buffer,
     stats: RunStats,
     events: Vec<NodeEvent>,
 }
@@ -129,9 +137,14 @@ impl RunResult {
 
 impl Drop for RunResult {
     fn drop(&mut self) {
+        let arena = (self.arena.ptr as usize, self.arena.capacity);
         for (_, slot) in self.outputs.drain(..) {
-            release(&self.pool, slot.buffer);
+            let p = slot.buffer.ptr as usize;
+            if !(p >= arena.0 && p < arena.0 + arena.1) {
+                release(&self.pool, slot.buffer);
+            }
         }
+        release(&self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
     }
 }
 
@@ -156,15 +169,25 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             admit_on_ready: options.executor.is_some(),
             threads,
             trace: options.trace.then_some(start),
+            plan: options.plan,
         },
     );
+    if let Some(plan) = options.plan {
+        if matches!(plan.mode, Mode::Sequential(_)) && options.executor.is_some() {
+            return err(
+                ErrorKind::InvalidArgument,
+                "a sequential plan holds only for its own order: run it without an executor, or plan in parallel-safe mode",
+            );
+        }
+    }
     state.bind(options.inputs)?;
+    state.take_arena_from_pool()?;
     match options.executor {
         Some(executor) => {
             let roots: Vec<u32> = prio.roots.iter().copied().filter(|&r| state.admit(r)).collect();
             executor.drive(&state, &roots);
         }
-        None => in_topological_order(&state),
+        None => in_order(&state, options.plan.map_or(graph.topological_order(), |p| &p.order)),
     }
     state.flush_caches();
     // Dropping `state` on failure returns every buffer it holds.
@@ -187,6 +210,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     let (nodes_run, peak_live_bytes, acquires) = state.stats();
     let busy_ns = state.busy_ns();
     let events = state.take_events();
+    let arena = state.take_arena();
     drop(state);
     let stats = RunStats {
         wall_ns: start.elapsed().as_nanos() as u64,
@@ -201,16 +225,17 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         graph: graph.clone(),
         pool: pool.clone(),
         outputs,
+        arena,
         stats,
         events,
     })
 }
 
-/// The sequential driver: every operator node in topological order, on the calling thread.
-fn in_topological_order(state: &RunState<'_>) {
+/// The sequential driver: every operator node in `order` (topological), on the calling thread.
+fn in_order(state: &RunState<'_>, order: &[u32]) {
     let mut scratch = Scratch::default();
     scratch.slot = Some(0);
-    for &node in state.graph.topological_order() {
+    for &node in order {
         if state.failed() {
             break;
         }

@@ -13,6 +13,7 @@
 //!   task touches nothing of the run, and the caller may drop it.
 
 use std::cell::UnsafeCell;
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -23,6 +24,7 @@ use super::ctx::{Buffer, KernelCtx};
 use super::run::InputBinding;
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
+use crate::plan::Plan;
 use crate::pool::{Pool, NEVER};
 use crate::sched::Priorities;
 use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
@@ -122,7 +124,7 @@ pub(super) struct Window {
 }
 
 /// How a run is set up.
-pub(super) struct StateOptions {
+pub(super) struct StateOptions<'r> {
     /// Most live bytes; 0: no limit.
     pub memory_limit: u64,
     /// Most nodes executing at once; `None`: as many as threads.
@@ -134,6 +136,8 @@ pub(super) struct StateOptions {
     pub threads: usize,
     /// Record every node's execution (times every kernel); the run's start.
     pub trace: Option<Instant>,
+    /// Place statically sized values at this plan's offsets.
+    pub plan: Option<&'r Plan>,
 }
 
 pub(super) struct RunState<'r> {
@@ -159,6 +163,10 @@ pub(super) struct RunState<'r> {
     /// live bytes must then stay exact); otherwise the pool counts cached blocks as live until
     /// the run ends.
     caches: Box<[UnsafeCell<BlockCache>]>,
+    /// With a static plan: the plan, and the arena its values live in (one pool block per run,
+    /// handed to the result with the graph outputs it may hold).
+    plan: Option<&'r Plan>,
+    arena: Buffer,
     /// Measure kernels and feed the graph's learned estimates.
     learn: bool,
     trace: Option<Tracer>,
@@ -178,7 +186,7 @@ unsafe impl Sync for RunState<'_> {}
 unsafe impl Send for RunState<'_> {}
 
 impl<'r> RunState<'r> {
-    pub fn new(graph: &'r Graph, pool: &'r Pool, prio: &'r Priorities, options: StateOptions) -> Self {
+    pub fn new(graph: &'r Graph, pool: &'r Pool, prio: &'r Priorities, options: StateOptions<'r>) -> Self {
         let StateOptions {
             memory_limit,
             window,
@@ -187,6 +195,7 @@ impl<'r> RunState<'r> {
             admit_on_ready,
             threads,
             trace,
+            plan,
         } = options;
         let refs = (0..graph.value_count() as u32)
             .map(|v| AtomicU32::new(graph.consumers(v) + graph.is_graph_output(v) as u32))
@@ -223,6 +232,8 @@ impl<'r> RunState<'r> {
             })
                 .map(|_| UnsafeCell::new(BlockCache::default()))
                 .collect(),
+            plan,
+            arena: Buffer::NONE,
             learn,
             trace: trace.map(|start| Tracer {
                 start,
@@ -231,6 +242,43 @@ impl<'r> RunState<'r> {
             busy_ns: AtomicU64::new(0),
             fifo,
             admit_on_ready,
+        }
+    }
+
+    /// Takes the arena of a planned run from the pool. Before any node runs.
+    pub fn take_arena_from_pool(&mut self) -> Result<()> {
+        let Some(plan) = self.plan else { return Ok(()) };
+        if plan.offsets.len() != self.graph.value_count() {
+            return err(
+                ErrorKind::InvalidArgument,
+                "the plan was made for another graph (its value count differs)",
+            );
+        }
+        if plan.arena_bytes > 0 {
+            let bytes = plan.arena_bytes as usize;
+            let block = self.pool.acquire(bytes, false)?;
+            self.arena = Buffer {
+                ptr: block.as_ptr().cast(),
+                capacity: bytes,
+            };
+        }
+        Ok(())
+    }
+
+    /// Hands the arena to the caller (the result keeps it while it holds graph outputs).
+    pub fn take_arena(&mut self) -> Buffer {
+        std::mem::replace(&mut self.arena, Buffer::NONE)
+    }
+
+    fn in_arena(&self, b: Buffer) -> bool {
+        let (start, p) = (self.arena.ptr as usize, b.ptr as usize);
+        !self.arena.ptr.is_null() && p >= start && p < start + self.arena.capacity
+    }
+
+    /// Returns a buffer to the pool, unless it lives in the plan's arena.
+    fn give_back(&self, b: Buffer) {
+        if !self.in_arena(b) {
+            release(self.pool, b);
         }
     }
 
@@ -500,15 +548,20 @@ impl<'r> RunState<'r> {
             let need = self.prio.output_bytes[node as usize];
             let live = self.live.load(Ordering::Relaxed);
             drop(waiting);
-            self.fail(Error::new(
-                ErrorKind::MemoryLimit,
+            let label = self.graph.node_label(node);
+            let message = if need > gate.limit {
                 format!(
-                    "node {} needs {need} bytes for its outputs, but {live} of the {}-byte memory limit are live and nothing \
-                     else is running to free them",
-                    self.graph.node_label(node),
+                    "node {label} needs {need} bytes for its outputs, more than the whole {}-byte memory limit",
                     gate.limit
-                ),
-            ));
+                )
+            } else {
+                format!(
+                    "node {label} needs {need} bytes for its outputs, but {live} of the {}-byte memory limit are live and \
+                     nothing else is running to free them",
+                    gate.limit
+                )
+            };
+            self.fail(Error::new(ErrorKind::MemoryLimit, message));
         }
     }
 
@@ -564,6 +617,20 @@ impl<'r> RunState<'r> {
         for v in values.clone() {
             let mut buffer = Buffer::NONE;
             if let OutputSize::Bytes(n) = g.value_size(v) {
+                if let Some(offset) = self.plan.and_then(|p| p.offsets[v as usize]) {
+                    buffer = Buffer {
+                        ptr: (self.arena.ptr as usize + offset as usize) as *mut c_void,
+                        capacity: n,
+                    };
+                    if g.zero_output(node) {
+                        // SAFETY: the plan gives this value `n` bytes of the arena, which no value
+                        // live at the same time overlaps.
+                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                    }
+                    buffers.push(buffer);
+                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    continue;
+                }
                 if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
                     self.refill(cache, n)?;
                     let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
@@ -585,7 +652,7 @@ impl<'r> RunState<'r> {
                         }
                     }
                     Err(e) => {
-                        buffers.iter().for_each(|&b| release(self.pool, b));
+                        buffers.iter().for_each(|&b| self.give_back(b));
                         let k = v - values.start;
                         return err(
                             e.kind(),
@@ -666,7 +733,7 @@ impl<'r> RunState<'r> {
         };
         if let Some(e) = failure {
             // `buffers` records every block the node holds, dynamic ones included.
-            buffers.iter().for_each(|&b| release(self.pool, b));
+            buffers.iter().for_each(|&b| self.give_back(b));
             return Err(e);
         }
         // Commit: the outputs become values.
@@ -724,6 +791,10 @@ impl<'r> RunState<'r> {
         if bytes == 0 {
             return false;
         }
+        if self.in_arena(value.buffer) {
+            self.live.fetch_sub(bytes as u64, Ordering::Release);
+            return true;
+        }
         match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
             Some(cache) => {
                 cache.blocks.push(value.buffer);
@@ -768,9 +839,11 @@ impl Drop for RunState<'_> {
     /// Whatever the run still holds goes back: everything after a failure, nothing after
     /// success (the graph outputs have moved to the result).
     fn drop(&mut self) {
-        for slot in self.slots.iter_mut() {
-            release(self.pool, std::mem::take(slot.get_mut()).buffer);
+        for i in 0..self.slots.len() {
+            let buffer = std::mem::take(self.slots[i].get_mut()).buffer;
+            self.give_back(buffer);
         }
+        release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
     }
 }
 

@@ -45,3 +45,73 @@ fn plans_verify_and_sequential_plans_reach_the_bound() {
     let (topo, _, _) = check(&seed_pipeline(1, 1.0));
     assert!(topo <= 1.10, "seed pipeline: sequential plan at {topo:.4}x");
 }
+
+/// Runs on plans: checksums hold sequentially and in parallel on parallel-safe plans, and from
+/// the second run on the pool is asked for nothing but the arena (and the system for nothing).
+#[test]
+fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
+    use graphsched::{run, Executor, Pool, RunOptions};
+    use graphsched_workloads::graph_file::InputBuffers;
+    use graphsched_workloads::{checksum, Ledger};
+    use std::sync::Arc;
+
+    let executor = Executor::new(2).unwrap();
+    let mut files: Vec<GraphFile> = bundled_graphs().iter().map(|p| GraphFile::load(p).unwrap()).collect();
+    files.push(seed_pipeline(2, 0.002));
+    for file in files {
+        let ledger = Ledger::new(&file.value_counts());
+        let loaded = file
+            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
+            .unwrap();
+        let g = &loaded.graph;
+        let inputs = InputBuffers::new(&loaded.inputs, 5);
+        for (v, bytes) in inputs.bytes() {
+            ledger.record(v, checksum(bytes));
+        }
+        let bindings = inputs.bindings();
+        let sequential = Plan::new(g, Mode::Sequential(Order::MemoryAware)).unwrap();
+        let parallel = Plan::new(g, Mode::ParallelSafe).unwrap();
+        let cases = [(&sequential, None), (&parallel, Some(&executor)), (&parallel, None)];
+        for (plan, executor) in cases {
+            let pool = Arc::new(Pool::default());
+            let options = RunOptions {
+                inputs: &bindings,
+                executor,
+                plan: Some(plan),
+                ..Default::default()
+            };
+            for round in 0..3 {
+                let before = pool.stats();
+                let result = run(g, &pool, &options).unwrap_or_else(|e| panic!("{} {:?}: {e}", file.name, plan.mode));
+                let after = pool.stats();
+                assert_eq!(
+                    after.acquires - before.acquires,
+                    1,
+                    "{}: only the arena comes from the pool",
+                    file.name
+                );
+                assert!(after.peak_live_bytes <= before.live_bytes + plan.arena_bytes);
+                if round > 0 {
+                    assert_eq!(
+                        after.os_allocs, before.os_allocs,
+                        "{}: a repeat run on a plan allocated",
+                        file.name
+                    );
+                }
+                for &out in g.graph_outputs() {
+                    let v = g.value_ref(out);
+                    assert_eq!(Some(checksum(result.output_bytes(v).unwrap())), ledger.get(v));
+                }
+            }
+            assert_eq!(pool.stats().live_bytes, 0);
+        }
+        // A sequential plan refuses an executor: its order is the only one it is safe for.
+        let options = RunOptions {
+            inputs: &bindings,
+            executor: Some(&executor),
+            plan: Some(&sequential),
+            ..Default::default()
+        };
+        assert!(run(g, &Arc::new(Pool::default()), &options).is_err());
+    }
+}
