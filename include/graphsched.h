@@ -65,6 +65,16 @@
 
 #define GS_DTYPE_BOOL 10
 
+// `gs_plan_new` mode: lifetimes from the topological order; runs without an executor follow it.
+#define GS_PLAN_SEQUENTIAL 0
+
+// `gs_plan_new` mode: like `GS_PLAN_SEQUENTIAL`, in a memory-aware topological order.
+#define GS_PLAN_SEQUENTIAL_MEMORY_ORDER 1
+
+// `gs_plan_new` mode: values share bytes only when the graph orders them, so any executor
+// order is safe.
+#define GS_PLAN_PARALLEL_SAFE 2
+
 // `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
 #define GS_POLICY_CRITICAL_PATH 0
 
@@ -142,6 +152,10 @@ typedef struct gs_graph gs_graph;
 
 // The context of one running kernel; valid only during that kernel call.
 typedef struct gs_kernel_ctx gs_kernel_ctx;
+
+// A static memory plan of one finalized graph: an offset in one arena for every statically
+// sized value. Pass it in `gs_run_options.plan`.
+typedef struct gs_plan gs_plan;
 
 // A thread-safe buffer pool.
 typedef struct gs_pool gs_pool;
@@ -282,6 +296,10 @@ typedef struct gs_run_options {
   uint32_t policy;
   // `GS_RUN_*` bits.
   uint32_t flags;
+  // Place statically sized values at this plan's offsets (`gs_plan_new`), in one arena taken
+  // from the pool per run and kept by the result. NULL: every value from the pool. A
+  // sequential plan runs only without an executor.
+  const struct gs_plan *plan;
 } gs_run_options;
 
 // Figures of one run. (C: `gs_run_stats`).
@@ -447,6 +465,20 @@ gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uin
 // The name of a node, valid until the graph is freed; NULL (with the last error set) for a bad
 // handle or id.
 const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
+
+// Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
+gs_status gs_plan_new(const struct gs_graph *graph, uint32_t mode, struct gs_plan **out);
+
+// Frees a plan. NULL does nothing. No run may be using it.
+void gs_plan_free(struct gs_plan *plan);
+
+// Bytes of the plan's arena, and the max-live lower bound of its order (either may be NULL).
+//
+// # Safety
+// `arena_bytes` and `lower_bound_bytes` are NULL or writable.
+gs_status gs_plan_bytes(const struct gs_plan *plan,
+                        uint64_t *arena_bytes,
+                        uint64_t *lower_bound_bytes);
 
 // Makes a pool; `config` may be NULL for defaults, and zero fields take their defaults. A
 // `large_threshold_bytes` over 65536 is `GS_ERR_INVALID_ARGUMENT`.

@@ -564,6 +564,48 @@ fn every_status_is_produced_by_some_misuse() {
             "",
         );
         expect(&mut seen, gs_graph_finalize(never_fail), GS_OK, "");
+        let mut plan = null_mut();
+        expect(
+            &mut seen,
+            gs_plan_new(never_fail, 7, &mut plan),
+            GS_ERR_INVALID_ARGUMENT,
+            "mode",
+        );
+        expect(
+            &mut seen,
+            gs_plan_new(never_fail, GS_PLAN_PARALLEL_SAFE, &mut plan),
+            GS_OK,
+            "",
+        );
+        let (mut arena, mut bound) = (0u64, 0u64);
+        expect(&mut seen, gs_plan_bytes(plan, &mut arena, &mut bound), GS_OK, "");
+        assert_eq!(
+            (arena, bound),
+            (32, 16),
+            "two 8-byte values that may overlap in time, 16-byte aligned"
+        );
+        let planned = gs_run_options {
+            plan,
+            ..Default::default()
+        };
+        expect(&mut seen, gs_run(never_fail, pool, &planned, &mut r), GS_OK, "");
+        let mut planned_out = Tensor::empty();
+        expect(
+            &mut seen,
+            gs_result_output(r, ValueRef::new(0, 0), &mut planned_out),
+            GS_OK,
+            "",
+        );
+        assert_eq!(std::slice::from_raw_parts(planned_out.data as *const u8, 8), &[1u8; 8]);
+        gs_result_free(r);
+        gs_plan_free(plan);
+        expect(
+            &mut seen,
+            gs_run(never_fail, pool, &planned, &mut r),
+            GS_ERR_INVALID_HANDLE,
+            "'options.plan'",
+        );
+        gs_plan_free(null_mut());
         let tight = gs_run_options {
             memory_limit_bytes: 4,
             ..Default::default()

@@ -4,6 +4,7 @@ use super::executor::gs_executor;
 use super::graph::gs_graph;
 use super::gs_status::*;
 use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, Handle};
+use super::plan::gs_plan;
 use super::pool::gs_pool;
 use super::status::{guard, FfiError};
 use super::{gs_status, InputBinding, RunStats, Tensor, ValueRef};
@@ -40,6 +41,10 @@ pub struct gs_run_options {
     pub policy: u32,
     /// `GS_RUN_*` bits.
     pub flags: u32,
+    /// Place statically sized values at this plan's offsets (`gs_plan_new`), in one arena taken
+    /// from the pool per run and kept by the result. NULL: every value from the pool. A
+    /// sequential plan runs only without an executor.
+    pub plan: *const gs_plan,
 }
 
 impl Default for gs_run_options {
@@ -52,6 +57,7 @@ impl Default for gs_run_options {
             window: 0,
             policy: GS_POLICY_CRITICAL_PATH,
             flags: 0,
+            plan: std::ptr::null(),
         }
     }
 }
@@ -115,6 +121,10 @@ pub unsafe extern "C" fn gs_run(
             }
             run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
             run_options.trace = o.flags & GS_RUN_TRACE != 0;
+            if !o.plan.is_null() {
+                // SAFETY: the handle is not freed concurrently (C contract).
+                run_options.plan = Some(&unsafe { handle_ref(o.plan, "options.plan") }?.plan);
+            }
             run_options.window = o.window as usize;
             run_options.memory_limit_bytes = o.memory_limit_bytes;
         }
