@@ -42,6 +42,10 @@
 // Node flag: clear every output buffer before the kernel runs.
 #define GS_NODE_ZERO_OUTPUT 1
 
+// Node flag: output `in_place_output` may take over input `in_place_input`'s buffer (see
+// `gs_node_desc`); the kernel can tell with `gs_ctx_output_in_place`.
+#define GS_NODE_IN_PLACE 2
+
 // Suggested `gs_tensor.dtype` codes; graphsched stores the field and never reads it.
 #define GS_DTYPE_UNKNOWN 0
 
@@ -214,6 +218,10 @@ typedef struct gs_node_desc {
   uint64_t estimated_ns;
   // `GS_NODE_*` bits.
   uint32_t flags;
+  // With `GS_NODE_IN_PLACE`: this output may take over this input's buffer (input slot index),
+  // when the node is the input's last reader and the buffer is large enough.
+  uint16_t in_place_output;
+  uint16_t in_place_input;
 } gs_node_desc;
 
 // Figures about a finalized graph. (C: `gs_graph_info`).
@@ -387,6 +395,11 @@ void gs_ctx_set_error(struct gs_kernel_ctx *c, const char *message);
 
 // Name of the running node, valid while the graph lives; NULL for a bad context.
 const char *gs_ctx_node_name(const struct gs_kernel_ctx *c);
+
+// 1 if output `i` took over its in-place input's buffer (`GS_NODE_IN_PLACE`): its data pointer
+// is then the input's, so the kernel must read each input element before writing it. 0 if not,
+// or for a bad context or index.
+int32_t gs_ctx_output_in_place(const struct gs_kernel_ctx *c, uint32_t i);
 
 // Starts an executor; `config` may be NULL for defaults.
 //

@@ -468,3 +468,112 @@ fn messages_omit_an_empty_op_type() {
     let e = run(&graph, &pool(), &RunOptions::default()).err().unwrap();
     assert_eq!(e.message(), "node 'quiet' failed: no");
 }
+
+/// An elementwise chain declared in place: each output takes over its input's buffer when the
+/// node is the last reader, never when another reader remains, never a graph input's memory.
+#[test]
+fn in_place_outputs_take_over_dying_inputs_only() {
+    use std::sync::Mutex;
+    let seen: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let add_one = |seen: Arc<Mutex<Vec<(String, bool)>>>| -> graphsched::Kernel {
+        Box::new(move |ctx| {
+            let input: Vec<u8> = ctx.input_bytes(0).unwrap().to_vec();
+            let in_place = ctx.output_in_place(0);
+            let same = ctx.input(0).unwrap().data == ctx.output(0).unwrap().data;
+            if in_place != same {
+                return Err("output_in_place disagrees with the pointers".into());
+            }
+            seen.lock().unwrap().push((ctx.node_name().to_string(), in_place));
+            for (o, i) in ctx.output_bytes(0).unwrap().iter_mut().zip(input) {
+                *o = i.wrapping_add(1);
+            }
+            Ok(())
+        })
+    };
+    let mut b = GraphBuilder::new();
+    let x = b.add_input("x", 64).unwrap();
+    // a reads the graph input: never in place. b is a's only reader: in place. c and d both read
+    // b: whichever runs first must not take b over. e reads c alone: in place.
+    let a = b
+        .add_node(
+            NodeDesc::new("a", "Inc", add_one(seen.clone()))
+                .input(x)
+                .output(64)
+                .in_place(0, 0),
+        )
+        .unwrap();
+    let bb = b
+        .add_node(
+            NodeDesc::new("b", "Inc", add_one(seen.clone()))
+                .input(ValueRef::new(a, 0))
+                .output(64)
+                .in_place(0, 0),
+        )
+        .unwrap();
+    let c = b
+        .add_node(
+            NodeDesc::new("c", "Inc", add_one(seen.clone()))
+                .input(ValueRef::new(bb, 0))
+                .output(64)
+                .in_place(0, 0),
+        )
+        .unwrap();
+    let d = b
+        .add_node(
+            NodeDesc::new("d", "Inc", add_one(seen.clone()))
+                .input(ValueRef::new(bb, 0))
+                .output(64)
+                .in_place(0, 0),
+        )
+        .unwrap();
+    let e = b
+        .add_node(
+            NodeDesc::new("e", "Inc", add_one(seen.clone()))
+                .input(ValueRef::new(c, 0))
+                .output(64)
+                .in_place(0, 0),
+        )
+        .unwrap();
+    b.mark_output(ValueRef::new(d, 0)).unwrap();
+    b.mark_output(ValueRef::new(e, 0)).unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let input = AlignedBuf::new(64, 10);
+    let bindings = [InputBinding {
+        value: x,
+        tensor: input.tensor(),
+    }];
+    let pool = pool();
+    let result = run(
+        &graph,
+        &pool,
+        &RunOptions {
+            inputs: &bindings,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(input.bytes().iter().all(|&v| v == 10), "the graph input was written");
+    assert_eq!(result.output_bytes(ValueRef::new(d, 0)).unwrap(), &[13u8; 64][..]);
+    assert_eq!(result.output_bytes(ValueRef::new(e, 0)).unwrap(), &[14u8; 64][..]);
+    let seen = seen.lock().unwrap().clone();
+    let took = |name: &str| seen.iter().find(|(n, _)| n == name).unwrap().1;
+    assert!(
+        !took("a") && took("b") && !took("c") && took("d") && took("e"),
+        "{seen:?}"
+    );
+    assert_eq!(
+        pool.stats().acquires,
+        2,
+        "a and c take buffers; b, d and e reuse their inputs'"
+    );
+    drop(result);
+    assert_eq!(pool.stats().live_bytes, 0);
+    let e = GraphBuilder::new()
+        .add_node(
+            NodeDesc::new("bad", "Op", Box::new(|_| Ok(())))
+                .output(8)
+                .in_place(0, 0),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}

@@ -21,6 +21,8 @@ pub struct KernelCtx<'a> {
     /// What the run handed out for each output; the kernel cannot move these.
     pub(super) buffers: &'a mut [Buffer],
     pub(super) error: Option<String>,
+    /// The output that took over an input's buffer, if any.
+    pub(super) in_place: Option<usize>,
 }
 
 impl KernelCtx<'_> {
@@ -118,6 +120,12 @@ impl KernelCtx<'_> {
         self.outputs[i].data = ptr;
         self.outputs[i].nbytes = nbytes;
         Ok(&mut self.outputs[i])
+    }
+
+    /// Whether output `i` took over its in-place input's buffer (its data pointer is then the
+    /// input's: the kernel must read each input element before writing the output there).
+    pub fn output_in_place(&self, i: usize) -> bool {
+        self.in_place == Some(i)
     }
 
     /// Records why the kernel is about to fail; reported with the node's name.

@@ -64,6 +64,9 @@ pub(super) struct Scratch {
     pub thread: u32,
     /// Nanoseconds spent in kernels while the run is traced.
     busy_ns: u64,
+    /// An input whose buffer the current node's output took over (in place): at the node's
+    /// end its value goes without giving the buffer back.
+    taken: Option<u32>,
 }
 
 /// One executed node in a traced run: when, on which thread, and memory once it finished.
@@ -273,6 +276,33 @@ impl<'r> RunState<'r> {
     fn in_arena(&self, b: Buffer) -> bool {
         let (start, p) = (self.arena.ptr as usize, b.ptr as usize);
         !self.arena.ptr.is_null() && p >= start && p < start + self.arena.capacity
+    }
+
+    /// The input whose buffer output `k` (of `n` bytes) of `node` may take over, if the node
+    /// declared the pair and it is safe now: the input holds a pool buffer (never caller memory
+    /// or a planned arena slice) of at least `n` bytes, this node is its last reader (its
+    /// reference count is this node's own reads; a graph output keeps one more), and the output
+    /// need not be cleared first.
+    fn take_over(&self, node: u32, k: u32, n: usize) -> Option<u32> {
+        let (out, slot) = self.graph.in_place(node)?;
+        if out != k
+            || self.graph.zero_output(node)
+            || self
+                .plan
+                .is_some_and(|p| p.offsets[self.graph.node_values(node).start as usize + k as usize].is_some())
+        {
+            return None;
+        }
+        let inputs = self.graph.node_inputs(node);
+        let v = *inputs.get(slot as usize)?;
+        let reads = inputs.iter().filter(|&&x| x == v).count() as u32;
+        // Acquire: the other readers' decrements, and so their reads, happened before.
+        if self.refs[v as usize].load(Ordering::Acquire) != reads {
+            return None;
+        }
+        // SAFETY: the producer of `v` finished before this node became ready.
+        let held = unsafe { (*self.slots[v as usize].get()).buffer };
+        (!held.ptr.is_null() && held.capacity >= n && !self.in_arena(held)).then_some(v)
     }
 
     /// Returns a buffer to the pool, unless it lives in the plan's arena.
@@ -608,16 +638,35 @@ impl<'r> RunState<'r> {
             slot,
             thread,
             busy_ns,
+            taken,
             ..
         } = scratch;
         let mut cache = self.cache(*slot);
         let values = g.node_values(node);
         outputs.clear();
         buffers.clear();
+        *taken = None;
+        let mut in_place_output = None;
         for v in values.clone() {
             let mut buffer = Buffer::NONE;
             if let OutputSize::Bytes(n) = g.value_size(v) {
+                if let Some(input) = self.take_over(node, v - values.start, n) {
+                    // SAFETY: the producer of `input` finished, and this node is its last reader.
+                    let held = unsafe { (*self.slots[input as usize].get()).buffer };
+                    buffer = Buffer {
+                        ptr: held.ptr,
+                        capacity: n,
+                    };
+                    *taken = Some(input);
+                    in_place_output = Some((v - values.start) as usize);
+                    buffers.push(buffer);
+                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    continue;
+                }
                 if let Some(offset) = self.plan.and_then(|p| p.offsets[v as usize]) {
+                    if self.plan.is_some_and(|p| p.alias_of[v as usize].is_some()) {
+                        in_place_output = Some((v - values.start) as usize);
+                    }
                     buffer = Buffer {
                         ptr: (self.arena.ptr as usize + offset as usize) as *mut c_void,
                         capacity: n,
@@ -652,7 +701,11 @@ impl<'r> RunState<'r> {
                         }
                     }
                     Err(e) => {
-                        buffers.iter().for_each(|&b| self.give_back(b));
+                        for (k, &b) in buffers.iter().enumerate() {
+                            if Some(k) != in_place_output {
+                                self.give_back(b);
+                            }
+                        }
                         let k = v - values.start;
                         return err(
                             e.kind(),
@@ -685,6 +738,7 @@ impl<'r> RunState<'r> {
             outputs,
             buffers,
             error: None,
+            in_place: in_place_output,
         };
         *executed += 1;
         let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
@@ -733,7 +787,11 @@ impl<'r> RunState<'r> {
         };
         if let Some(e) = failure {
             // `buffers` records every block the node holds, dynamic ones included.
-            buffers.iter().for_each(|&b| self.give_back(b));
+            for (k, &b) in buffers.iter().enumerate() {
+                if Some(k) != in_place_output {
+                    self.give_back(b);
+                }
+            }
             return Err(e);
         }
         // Commit: the outputs become values.
@@ -766,6 +824,13 @@ impl<'r> RunState<'r> {
         }
         for &v in g.node_inputs(node) {
             if self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                if scratch.taken == Some(v) {
+                    // Its buffer lives on as this node's output: only the value goes.
+                    // SAFETY: the last reference is gone; only this thread touches the slot.
+                    let moved = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
+                    self.live.fetch_sub(moved.buffer.capacity as u64, Ordering::Release);
+                    continue;
+                }
                 released |= self.drop_value(v, scratch.slot);
             }
         }

@@ -180,3 +180,17 @@ pub extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
     });
     name
 }
+
+/// 1 if output `i` took over its in-place input's buffer (`GS_NODE_IN_PLACE`): its data pointer
+/// is then the input's, so the kernel must read each input element before writing it. 0 if not,
+/// or for a bad context or index.
+#[no_mangle]
+pub extern "C" fn gs_ctx_output_in_place(c: *const gs_kernel_ctx, i: u32) -> i32 {
+    let mut yes = 0;
+    guard(|| {
+        // SAFETY: `c` comes from the kernel's arguments (C contract).
+        yes = unsafe { ctx(c) }?.output_in_place(i as usize) as i32;
+        Ok(())
+    });
+    yes
+}

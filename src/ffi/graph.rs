@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use super::ctx::{gs_kernel_ctx, CKernel};
 use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, str_arg, Handle};
 use super::status::{guard, FfiError, FfiResult};
-use super::{gs_status, gs_status::*, GS_MAX_NODE_PORTS, GS_NODE_ZERO_OUTPUT, GS_SIZE_DYNAMIC};
+use super::{gs_status, gs_status::*, GS_MAX_NODE_PORTS, GS_NODE_IN_PLACE, GS_NODE_ZERO_OUTPUT, GS_SIZE_DYNAMIC};
 use crate::graph::{Graph, GraphBuilder, GraphInfo, NodeDesc, OutputSize, ValueRef};
 
 /// A graph: mutable until `gs_graph_finalize`, immutable and shareable between threads after.
@@ -61,6 +61,10 @@ pub struct gs_node_desc {
     pub estimated_ns: u64,
     /// `GS_NODE_*` bits.
     pub flags: u32,
+    /// With `GS_NODE_IN_PLACE`: this output may take over this input's buffer (input slot index),
+    /// when the node is the input's last reader and the buffer is large enough.
+    pub in_place_output: u16,
+    pub in_place_input: u16,
 }
 
 /// Makes an empty graph.
@@ -139,12 +143,12 @@ pub unsafe extern "C" fn gs_graph_add_node(
                 format!("node '{name}' has a NULL kernel"),
             ));
         };
-        if d.flags & !GS_NODE_ZERO_OUTPUT != 0 {
+        if d.flags & !(GS_NODE_ZERO_OUTPUT | GS_NODE_IN_PLACE) != 0 {
             return Err(FfiError::new(
                 GS_ERR_INVALID_ARGUMENT,
                 format!(
                     "node '{name}' has unknown flag bits {:#x}",
-                    d.flags & !GS_NODE_ZERO_OUTPUT
+                    d.flags & !(GS_NODE_ZERO_OUTPUT | GS_NODE_IN_PLACE)
                 ),
             ));
         }
@@ -172,6 +176,7 @@ pub unsafe extern "C" fn gs_graph_add_node(
                 .collect(),
             estimate_ns: (d.estimated_ns != 0).then_some(d.estimated_ns),
             zero_output: d.flags & GS_NODE_ZERO_OUTPUT != 0,
+            in_place: (d.flags & GS_NODE_IN_PLACE != 0).then_some((d.in_place_output as u32, d.in_place_input as u32)),
         };
         let id = g.builder().add_node(node)?;
         if let Some(out) = unsafe { out_node.as_mut() } {

@@ -54,6 +54,9 @@ pub const GS_SIZE_DYNAMIC: usize = usize::MAX;
 pub const GS_MAX_NODE_PORTS: u32 = 65535;
 /// Node flag: clear every output buffer before the kernel runs.
 pub const GS_NODE_ZERO_OUTPUT: u32 = 1;
+/// Node flag: output `in_place_output` may take over input `in_place_input`'s buffer (see
+/// `gs_node_desc`); the kernel can tell with `gs_ctx_output_in_place`.
+pub const GS_NODE_IN_PLACE: u32 = 2;
 
 /// Suggested `gs_tensor.dtype` codes; graphsched stores the field and never reads it.
 pub const GS_DTYPE_UNKNOWN: i32 = 0;

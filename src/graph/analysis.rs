@@ -43,6 +43,7 @@ pub struct Graph {
     kernels: Vec<Option<Kernel>>,
     estimate_ns: Vec<Option<u64>>,
     zero_output: Vec<bool>,
+    in_place: Vec<u32>,
     input_start: Vec<u32>,
     /// Value index read by each input slot.
     input_values: Vec<u32>,
@@ -258,6 +259,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         kernels: std::mem::take(&mut b.kernels),
         estimate_ns: std::mem::take(&mut b.estimate_ns),
         zero_output: std::mem::take(&mut b.zero_output),
+        in_place: std::mem::take(&mut b.in_place),
         input_start: std::mem::take(&mut b.input_start),
         input_values,
         value_start: std::mem::take(&mut b.value_start),
@@ -409,6 +411,14 @@ impl Graph {
 
     pub fn zero_output(&self, node: u32) -> bool {
         self.zero_output[node as usize]
+    }
+
+    /// The node's in-place pair `(output index, input slot)`, if it declared one.
+    pub fn in_place(&self, node: u32) -> Option<(u32, u32)> {
+        match self.in_place[node as usize] {
+            u32::MAX => None,
+            packed => Some((packed >> 16, packed & 0xffff)),
+        }
     }
 
     /// The estimate the caller gave, if any.

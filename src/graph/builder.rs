@@ -19,6 +19,10 @@ pub struct NodeDesc {
     pub estimate_ns: Option<u64>,
     /// Clear every output buffer before the kernel runs.
     pub zero_output: bool,
+    /// `(output, input)`: the output may take over the input's buffer when this node is the
+    /// input's last reader and the buffer is large enough (the kernel can tell, see
+    /// `KernelCtx::output_in_place`). Graph inputs are never taken over.
+    pub in_place: Option<(u32, u32)>,
 }
 
 impl NodeDesc {
@@ -31,7 +35,14 @@ impl NodeDesc {
             outputs: Vec::new(),
             estimate_ns: None,
             zero_output: false,
+            in_place: None,
         }
+    }
+
+    /// Lets output `output` take over input `input`'s buffer (see [`NodeDesc::in_place`]).
+    pub fn in_place(mut self, output: u32, input: u32) -> Self {
+        self.in_place = Some((output, input));
+        self
     }
 
     pub fn input(mut self, value: ValueRef) -> Self {
@@ -74,6 +85,8 @@ pub struct GraphBuilder {
     pub(super) kernels: Vec<Option<Kernel>>,
     pub(super) estimate_ns: Vec<Option<u64>>,
     pub(super) zero_output: Vec<bool>,
+    /// Per node: `output << 16 | input` of an in-place pair, or `u32::MAX`.
+    pub(super) in_place: Vec<u32>,
     /// Inputs of node `i` are `inputs[input_start[i]..input_start[i + 1]]`.
     pub(super) input_start: Vec<u32>,
     pub(super) inputs: Vec<ValueRef>,
@@ -159,8 +172,23 @@ impl GraphBuilder {
                 format!("op type of node '{shown}' contains a NUL byte"),
             );
         }
+        if let Some((out, input)) = desc.in_place {
+            let fits = (out as usize) < desc.outputs.len() && (input as usize) < desc.inputs.len();
+            if !fits || desc.outputs[out as usize] == OutputSize::Dynamic {
+                return err(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "node '{shown}' lets output {out} take over input {input}, but it has {} inputs and {} outputs \
+                         (and the output must have a static size)",
+                        desc.inputs.len(),
+                        desc.outputs.len()
+                    ),
+                );
+            }
+        }
         let op = self.intern_op(&desc.op_type);
-        self.push_node(
+        let in_place = desc.in_place.map_or(u32::MAX, |(o, i)| o << 16 | i);
+        let id = self.push_node(
             name,
             op,
             Some(desc.kernel),
@@ -168,7 +196,9 @@ impl GraphBuilder {
             desc.zero_output,
             &desc.inputs,
             &desc.outputs,
-        )
+        )?;
+        *self.in_place.last_mut().expect("just pushed") = in_place;
+        Ok(id)
     }
 
     /// Marks a value as a graph output: it survives the run and is handed to the caller.
@@ -263,6 +293,7 @@ impl GraphBuilder {
         self.kernels.push(kernel);
         self.estimate_ns.push(estimate_ns);
         self.zero_output.push(zero_output);
+        self.in_place.push(u32::MAX);
         self.inputs.extend_from_slice(inputs);
         self.input_start.push(edges as u32);
         self.value_sizes.extend_from_slice(outputs);

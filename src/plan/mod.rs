@@ -53,6 +53,9 @@ pub struct Plan {
     pub order: Vec<u32>,
     /// The max-live lower bound for `order`: no placement following it needs less.
     pub max_live_bytes: u64,
+    /// Per value: the input value whose bytes it takes over (a node's in-place pair, when the
+    /// node is that input's last reader under the mode), placed at the same offset.
+    pub alias_of: Vec<Option<u32>>,
 }
 
 impl Plan {
@@ -70,31 +73,72 @@ impl Plan {
         let values = planned_values(graph);
         let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
         let max_live_bytes = max_live(graph, &values, &lifetimes, order.len());
-        let conflicts: Box<dyn Fn(usize, usize) -> bool> = match mode {
-            Mode::Sequential(_) => Box::new(|a: usize, b: usize| {
+        if mode == Mode::ParallelSafe && n > MAX_PARALLEL_SAFE_NODES {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("a parallel-safe plan handles at most {MAX_PARALLEL_SAFE_NODES} nodes; this graph has {n}"),
+            );
+        }
+        let reach = (mode == Mode::ParallelSafe).then(|| Ancestors::new(graph));
+        let conflicts = |a: usize, b: usize| match &reach {
+            Some(r) => !r.disjoint(graph, values[a], values[b]),
+            None => {
                 let (x, y) = (lifetimes[a], lifetimes[b]);
                 x.0 <= y.1 && y.0 <= x.1
-            }),
-            Mode::ParallelSafe => {
-                if n > MAX_PARALLEL_SAFE_NODES {
-                    return err(
-                        ErrorKind::InvalidArgument,
-                        format!(
-                            "a parallel-safe plan handles at most {MAX_PARALLEL_SAFE_NODES} nodes; this graph has {n}"
-                        ),
-                    );
-                }
-                let reach = Ancestors::new(graph);
-                let values = values.clone();
-                Box::new(move |a: usize, b: usize| !reach.disjoint(graph, values[a], values[b]))
             }
         };
-        let offsets_by_index = place(graph, &values, &*conflicts);
+        // In place: an output joins the group of the input it takes over, when the node is the
+        // input's last reader (in the order, or after every other reader in the partial order)
+        // and the output fits. A group is placed as one block, as large as its largest member.
+        let index_of: std::collections::HashMap<u32, usize> = values.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+        let mut alias_of = vec![None; graph.value_count()];
+        let mut group: Vec<usize> = (0..values.len()).collect();
+        let root = |group: &[usize], mut i: usize| {
+            while group[i] != i {
+                i = group[i];
+            }
+            i
+        };
+        for node in 0..n as u32 {
+            let Some((k, j)) = graph.in_place(node) else { continue };
+            if graph.zero_output(node) {
+                continue; // clearing the output would clear the input it shares bytes with
+            }
+            let output = graph.node_values(node).start + k;
+            let Some(&input) = graph.node_inputs(node).get(j as usize) else {
+                continue;
+            };
+            let (Some(&io), Some(&ii)) = (index_of.get(&output), index_of.get(&input)) else {
+                continue;
+            };
+            let last_reader = readers(graph, input).iter().all(|&r| {
+                r == node
+                    || match &reach {
+                        Some(a) => a.before(r, node),
+                        None => position[r as usize] < position[node as usize],
+                    }
+            });
+            let taken = alias_of.iter().any(|&a| a == Some(input));
+            if last_reader && !taken && !graph.is_graph_output(input) && size(graph, output) <= size(graph, input) {
+                alias_of[output as usize] = Some(input);
+                let (ro, ri) = (root(&group, io), root(&group, ii));
+                group[ro] = ri;
+            }
+        }
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); values.len()];
+        for i in 0..values.len() {
+            members[root(&group, i)].push(i);
+        }
+        let groups: Vec<Vec<usize>> = members.into_iter().filter(|m| !m.is_empty()).collect();
+        let offsets_by_group = place(graph, &values, &groups, &conflicts);
         let mut offsets = vec![None; graph.value_count()];
         let mut arena_bytes = 0u64;
-        for (i, &v) in values.iter().enumerate() {
-            offsets[v as usize] = Some(offsets_by_index[i]);
-            arena_bytes = arena_bytes.max(offsets_by_index[i] + aligned(size(graph, v)));
+        for (g, members) in groups.iter().enumerate() {
+            for &i in members {
+                let v = values[i];
+                offsets[v as usize] = Some(offsets_by_group[g]);
+                arena_bytes = arena_bytes.max(offsets_by_group[g] + aligned(size(graph, v)));
+            }
         }
         Ok(Plan {
             mode,
@@ -102,6 +146,7 @@ impl Plan {
             offsets,
             order,
             max_live_bytes,
+            alias_of,
         })
     }
 
@@ -126,6 +171,9 @@ impl Plan {
                 );
             }
             for &b in &planned[i + 1..] {
+                if self.group_of(a) == self.group_of(b) {
+                    continue; // in place: one takes over the other's bytes on purpose
+                }
                 let ob = self.offsets[b as usize].unwrap();
                 let overlap = oa < ob + size(graph, b) && ob < oa + size(graph, a);
                 if !overlap {
@@ -151,6 +199,16 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+impl Plan {
+    /// The value at the start of `v`'s in-place chain.
+    fn group_of(&self, mut v: u32) -> u32 {
+        while let Some(from) = self.alias_of[v as usize] {
+            v = from;
+        }
+        v
     }
 }
 
@@ -221,19 +279,28 @@ fn max_live(graph: &Graph, values: &[u32], lifetimes: &[(u32, u32)], len: usize)
     peak as u64
 }
 
-/// Greedy by size, best fit: largest values first, each at the lowest-waste gap among the
-/// values already placed that it conflicts with.
-fn place(graph: &Graph, values: &[u32], conflicts: &dyn Fn(usize, usize) -> bool) -> Vec<u64> {
-    let mut by_size: Vec<usize> = (0..values.len()).collect();
-    by_size.sort_by_key(|&i| (std::cmp::Reverse(size(graph, values[i])), i));
-    let mut offset = vec![0u64; values.len()];
+/// Greedy by size, best fit: largest groups first, each at the lowest-waste gap among the
+/// groups already placed that it conflicts with (a member of one conflicts with a member of the
+/// other). Returns each group's offset.
+fn place(graph: &Graph, values: &[u32], groups: &[Vec<usize>], conflicts: &dyn Fn(usize, usize) -> bool) -> Vec<u64> {
+    let bytes = |g: usize| {
+        groups[g]
+            .iter()
+            .map(|&i| aligned(size(graph, values[i])))
+            .max()
+            .unwrap_or(0)
+    };
+    let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
+    let mut by_size: Vec<usize> = (0..groups.len()).collect();
+    by_size.sort_by_key(|&g| (std::cmp::Reverse(bytes(g)), groups[g][0]));
+    let mut offset = vec![0u64; groups.len()];
     let mut placed: Vec<usize> = Vec::new();
     for &i in &by_size {
-        let need = aligned(size(graph, values[i]));
+        let need = bytes(i);
         let mut taken: Vec<(u64, u64)> = placed
             .iter()
-            .filter(|&&j| conflicts(i, j))
-            .map(|&j| (offset[j], offset[j] + aligned(size(graph, values[j]))))
+            .filter(|&&j| clash(i, j))
+            .map(|&j| (offset[j], offset[j] + bytes(j)))
             .collect();
         taken.sort_unstable();
         let (mut best, mut best_waste) = (None, u64::MAX);
