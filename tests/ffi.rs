@@ -86,6 +86,8 @@ fn desc(name: &CStr, kernel: gs_kernel_fn, inputs: &[ValueRef], sizes: &[usize],
         output_sizes: sizes.as_ptr(),
         estimated_ns: 0,
         flags: 0,
+        in_place_output: 0,
+        in_place_input: 0,
     }
 }
 
