@@ -21,8 +21,15 @@ fn main() {
     files.push(seed_pipeline(1, 1.0));
     println!("arena bytes / file-order max-live lower bound");
     println!(
-        "{:>38} | {:>12} | {:>9} {:>14} {:>14} | {:>13}",
-        "graph", "lower bound", "topo", "memory order", "(its bound)", "parallel-safe"
+        "{:>38} | {:>12} | {:>9} {:>14} {:>14} | {:>13} | {:>16} {:>16}",
+        "graph",
+        "lower bound",
+        "topo",
+        "memory order",
+        "(its bound)",
+        "parallel-safe",
+        "topo, in place",
+        "parallel, in pl."
     );
     for file in &files {
         let loaded = file.build(&mut |_| Box::new(|_| Ok(()))).unwrap();
@@ -31,29 +38,48 @@ fn main() {
         let topo = Plan::new(g, Mode::Sequential(Order::Topological)).unwrap();
         let memory = Plan::new(g, Mode::Sequential(Order::MemoryAware)).unwrap();
         let parallel = Plan::new(g, Mode::ParallelSafe).unwrap();
+        let in_place = file
+            .clone()
+            .with_elementwise_in_place()
+            .build(&mut |_| Box::new(|_| Ok(())))
+            .unwrap();
+        let topo_in_place = Plan::new(&in_place.graph, Mode::Sequential(Order::Topological)).unwrap();
+        let parallel_in_place = Plan::new(&in_place.graph, Mode::ParallelSafe).unwrap();
         println!(
-            "{:>38} | {:>12} | {:>8.4}x {:>13.4}x {:>13.4}x | {:>12.4}x",
+            "{:>38} | {:>12} | {:>8.4}x {:>13.4}x {:>13.4}x | {:>12.4}x | {:>15.4}x {:>15.4}x",
             file.name,
             lb as u64,
             topo.arena_bytes as f64 / lb,
             memory.arena_bytes as f64 / lb,
             memory.max_live_bytes as f64 / lb,
-            parallel.arena_bytes as f64 / lb
+            parallel.arena_bytes as f64 / lb,
+            topo_in_place.arena_bytes as f64 / lb,
+            parallel_in_place.arena_bytes as f64 / lb
         );
     }
     println!();
     println!("steady-state run, one thread, topological order, measuring kernels: median of 20 runs after 3");
-    println!("{:>18} | {:>10} {:>10} {:>7} | {:>12} {:>12}", "graph", "pool us", "plan us", "ratio", "pool acq/run", "plan acq/run");
+    println!(
+        "{:>18} | {:>10} {:>10} {:>7} | {:>12} {:>12}",
+        "graph", "pool us", "plan us", "ratio", "pool acq/run", "plan acq/run"
+    );
     for file in files.iter().take(4) {
         let ledger = Ledger::new(&file.value_counts());
-        let loaded = file.build(&mut |site| ledger.kernel(site.inputs.to_vec(), None)).unwrap();
+        let loaded = file
+            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
+            .unwrap();
         let g = &loaded.graph;
         let inputs = InputBuffers::new(&loaded.inputs, 1);
         let bindings = inputs.bindings();
         let plan = Plan::new(g, Mode::Sequential(Order::Topological)).unwrap();
         let measure = |plan: Option<&Plan>| {
             let pool = Arc::new(Pool::default());
-            let options = RunOptions { inputs: &bindings, plan, freeze_estimates: true, ..Default::default() };
+            let options = RunOptions {
+                inputs: &bindings,
+                plan,
+                freeze_estimates: true,
+                ..Default::default()
+            };
             let mut walls = Vec::new();
             let mut acquires = 0;
             for i in 0..23 {

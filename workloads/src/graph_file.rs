@@ -33,6 +33,9 @@ pub struct NodeSpec {
     /// Expected duration; files from real models have none and get the cost model's.
     #[serde(default)]
     pub estimate_ns: Option<u64>,
+    /// `(output, input)` the node may compute in place (see `NodeDesc::in_place`).
+    #[serde(default)]
+    pub in_place: Option<(u32, u32)>,
 }
 
 /// Cost model for graphs that carry no durations: a node costs 1 us plus the time to move its
@@ -113,6 +116,41 @@ impl GraphFile {
         peak
     }
 
+    /// Declares every elementwise node (activations, arithmetic, casts: ops that map each
+    /// element of their first input to one of their output) in place on that input, when the
+    /// two have the same size. Graph files do not say; engines do, for such ops.
+    pub fn with_elementwise_in_place(mut self) -> Self {
+        const ELEMENTWISE: [&str; 16] = [
+            "Relu",
+            "Sigmoid",
+            "Tanh",
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Clip",
+            "HardSigmoid",
+            "HardSwish",
+            "LeakyRelu",
+            "Cast",
+            "Exp",
+            "Sqrt",
+            "Neg",
+            "Softmax",
+        ];
+        let mut sizes: HashMap<String, usize> = self.inputs.iter().map(|i| (i.name.clone(), i.bytes)).collect();
+        for n in &mut self.nodes {
+            let first = n.inputs.first().and_then(|i| sizes.get(i)).copied();
+            if ELEMENTWISE.contains(&n.op.as_str()) && n.outputs.len() == 1 && first == Some(n.outputs[0].bytes) {
+                n.in_place = Some((0, 0));
+            }
+            for o in &n.outputs {
+                sizes.insert(o.name.clone(), o.bytes);
+            }
+        }
+        self
+    }
+
     /// Builds and finalizes the graph, in file order, with a kernel per node from `kernel`.
     pub fn build(&self, kernel: &mut dyn FnMut(&NodeSite<'_>) -> Kernel) -> Result<LoadedGraph, String> {
         let mut b = GraphBuilder::new();
@@ -145,6 +183,7 @@ impl GraphFile {
                 }),
             )
             .estimate_ns(estimate_ns);
+            desc.in_place = n.in_place;
             for &v in &refs {
                 desc = desc.input(v);
             }

@@ -25,7 +25,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 }
 
 /// Fills `out` with a pattern seeded by `seed`, a word at a time.
-fn fill(out: &mut [u8], seed: u64) {
+pub fn fill(out: &mut [u8], seed: u64) {
     let mut x = seed | 1;
     let mut words = out.chunks_exact_mut(8);
     for w in &mut words {
@@ -88,27 +88,53 @@ impl Ledger {
         Box::new(move |ctx: &mut KernelCtx<'_>| {
             let start = Instant::now();
             let node = ctx.node();
-            let mut seed = (node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut seed = node_seed(node);
             for (i, &v) in inputs.iter().enumerate() {
-                let got = checksum(ctx.input_bytes(i).expect("slot exists"));
-                if let Some(want) = ledger.get(v) {
-                    if got != want {
-                        return Err(format!("input {i} changed after its producer wrote it (checksum {got:#x}, expected {want:#x}): its buffer was reused too early"));
-                    }
-                }
-                seed = seed.rotate_left(7) ^ got;
+                seed = check_input(seed, i, ctx.input_bytes(i).expect("slot exists"), ledger.get(v))?;
             }
             for k in 0..ctx.num_outputs() {
-                let out = ctx.output_bytes(k).expect("slot exists");
-                fill(out, seed.wrapping_add(k as u64));
-                ledger.record(ValueRef::new(node, k as u32), checksum(out));
+                let sum = fill_output(ctx.output_bytes(k).expect("slot exists"), seed, k);
+                ledger.record(ValueRef::new(node, k as u32), sum);
             }
-            if let Some(d) = spin {
-                while start.elapsed() < d {
-                    std::hint::spin_loop();
-                }
-            }
+            spin_until(start, spin);
             Ok(())
         })
+    }
+}
+
+// One node's work, step by step, shared by the measuring kernels and by callers that replay the
+// same work on memory of their own (the command line's `naive` strategy): the same bytes read,
+// checked and written, so the two cost the same.
+
+/// The seed a node's output pattern starts from, before its inputs are folded in.
+pub fn node_seed(node: u32) -> u64 {
+    (node as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Reads input `i` whole, checks it against the checksum its producer recorded (`want`, if any)
+/// and folds its checksum into `seed`.
+pub fn check_input(seed: u64, i: usize, bytes: &[u8], want: Option<u64>) -> Result<u64, String> {
+    let got = checksum(bytes);
+    if let Some(want) = want {
+        if got != want {
+            return Err(format!("input {i} changed after its producer wrote it (checksum {got:#x}, expected {want:#x}): its buffer was reused too early"));
+        }
+    }
+    Ok(seed.rotate_left(7) ^ got)
+}
+
+/// Writes output `k` whole with the pattern of `seed` (the node's, inputs folded in) and returns
+/// its checksum, for the ledger.
+pub fn fill_output(out: &mut [u8], seed: u64, k: usize) -> u64 {
+    fill(out, seed.wrapping_add(k as u64));
+    checksum(out)
+}
+
+/// Spins until `spin` has passed since `start`, if given.
+pub fn spin_until(start: Instant, spin: Option<Duration>) {
+    if let Some(d) = spin {
+        while start.elapsed() < d {
+            std::hint::spin_loop();
+        }
     }
 }

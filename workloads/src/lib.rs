@@ -5,6 +5,7 @@
 
 pub mod graph_file;
 pub mod kernels;
+pub mod naive;
 pub mod seed;
 
 pub use graph_file::{GraphFile, LoadedGraph};

@@ -61,6 +61,7 @@ pub fn seed_pipeline(seed: u64, scale: f64) -> GraphFile {
                 bytes: out,
             }],
             estimate_ns: Some(ns),
+            in_place: None,
         });
         value
     };

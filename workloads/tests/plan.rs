@@ -115,3 +115,90 @@ fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
         assert!(run(g, &Arc::new(Pool::default()), &options).is_err());
     }
 }
+
+/// Elementwise nodes declared in place: plans shrink (never grow), still verify, and runs on
+/// them and on the dynamic pool keep every checksum.
+#[test]
+fn in_place_plans_verify_shrink_and_keep_checksums() {
+    use graphsched::{run, Executor, Pool, RunOptions};
+    use graphsched_workloads::graph_file::InputBuffers;
+    use graphsched_workloads::{checksum, Ledger};
+    use std::sync::Arc;
+
+    let executor = Executor::new(2).unwrap();
+    for path in bundled_graphs() {
+        let plain = GraphFile::load(&path).unwrap();
+        let file = plain.clone().with_elementwise_in_place();
+        assert!(
+            file.nodes.iter().any(|n| n.in_place.is_some()),
+            "{}: some node is elementwise",
+            file.name
+        );
+        let ledger = Ledger::new(&file.value_counts());
+        let loaded = file
+            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
+            .unwrap();
+        let g = &loaded.graph;
+        let before = Plan::new(
+            &plain.build(&mut |_| Box::new(|_| Ok(()))).unwrap().graph,
+            Mode::ParallelSafe,
+        )
+        .unwrap();
+        let inputs = InputBuffers::new(&loaded.inputs, 9);
+        for (v, bytes) in inputs.bytes() {
+            ledger.record(v, checksum(bytes));
+        }
+        let bindings = inputs.bindings();
+        for mode in [Mode::Sequential(Order::Topological), Mode::ParallelSafe] {
+            let plan = Plan::new(g, mode).unwrap();
+            plan.verify(g).unwrap();
+            assert!(
+                plan.alias_of.iter().any(Option::is_some),
+                "{}: some output takes its input over",
+                file.name
+            );
+            if mode == Mode::ParallelSafe {
+                assert!(
+                    plan.arena_bytes <= before.arena_bytes,
+                    "{}: in place never costs memory",
+                    file.name
+                );
+            }
+            let executor = (mode == Mode::ParallelSafe).then_some(&executor);
+            let pool = Arc::new(Pool::default());
+            let options = RunOptions {
+                inputs: &bindings,
+                executor,
+                plan: Some(&plan),
+                ..Default::default()
+            };
+            let result = run(g, &pool, &options).unwrap_or_else(|e| panic!("{} {mode:?}: {e}", file.name));
+            for &out in g.graph_outputs() {
+                let v = g.value_ref(out);
+                assert_eq!(
+                    Some(checksum(result.output_bytes(v).unwrap())),
+                    ledger.get(v),
+                    "{}",
+                    file.name
+                );
+            }
+        }
+        // The dynamic pool takes inputs over at run time.
+        let pool = Arc::new(Pool::default());
+        let options = RunOptions {
+            inputs: &bindings,
+            executor: Some(&executor),
+            ..Default::default()
+        };
+        let result = run(g, &pool, &options).unwrap();
+        for &out in g.graph_outputs() {
+            let v = g.value_ref(out);
+            assert_eq!(
+                Some(checksum(result.output_bytes(v).unwrap())),
+                ledger.get(v),
+                "{}",
+                file.name
+            );
+        }
+    }
+}
