@@ -22,7 +22,7 @@
     X(gs_pool_stats, 88, 8)     \
     X(gs_run_stats, 56, 8)      \
     X(gs_node_desc, 72, 8)      \
-    X(gs_run_options, 56, 8)    \
+    X(gs_run_options, 72, 8)    \
     X(gs_executor_config, 4, 4) \
     X(gs_sim_options, 24, 8)    \
     X(gs_sim_result, 56, 8)
@@ -54,6 +54,8 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_run_options, policy, 36)                \
     X(gs_run_options, flags, 40)                 \
     X(gs_run_options, plan, 48)                  \
+    X(gs_run_options, cancel, 56)                \
+    X(gs_run_options, timeout_ns, 64)            \
     X(gs_executor_config, threads, 0)            \
     X(gs_sim_options, policy, 4)                 \
     X(gs_sim_options, window, 8)                 \

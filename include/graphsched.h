@@ -138,6 +138,11 @@ enum gs_status
   GS_ERR_MEMORY_LIMIT = 18,
   // Reading or writing a file failed; the message names the file and the reason.
   GS_ERR_IO = 19,
+  // The run was cancelled (`gs_cancel_token_cancel`): nothing new started, every buffer went
+  // back, the graph can run again.
+  GS_ERR_CANCELLED = 20,
+  // The run passed its deadline (`gs_run_options.timeout_ns`); as for a cancelled run.
+  GS_ERR_DEADLINE = 21,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -146,6 +151,9 @@ typedef enum gs_status gs_status;
 typedef int32_t gs_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+// Stops the runs it is given to (`gs_run_options.cancel`) when cancelled from any thread.
+typedef struct gs_cancel_token gs_cancel_token;
 
 // Worker threads that runs use through `gs_run_options.executor`; one executor serves many
 // concurrent runs.
@@ -308,6 +316,10 @@ typedef struct gs_run_options {
   // from the pool per run and kept by the result. NULL: every value from the pool. A
   // sequential plan runs only without an executor.
   const struct gs_plan *plan;
+  // A token another thread may cancel the run with (`gs_cancel_token_new`); NULL: none.
+  const struct gs_cancel_token *cancel;
+  // Nanoseconds from the call after which no new node starts (`GS_ERR_DEADLINE`); 0: none.
+  uint64_t timeout_ns;
 } gs_run_options;
 
 // Figures of one run. (C: `gs_run_stats`).
@@ -362,6 +374,17 @@ extern "C" {
 
 // Version of the loaded library; compare with `GS_VERSION_NUMBER` from the header compiled in.
 uint32_t gs_version_number(void);
+
+// Makes a token, not cancelled.
+gs_status gs_cancel_token_new(struct gs_cancel_token **out);
+
+// Frees a token. NULL does nothing. No run may be using it.
+void gs_cancel_token_free(struct gs_cancel_token *token);
+
+// Cancels: runs using the token start no new node, let running kernels finish, return every
+// buffer and fail with `GS_ERR_CANCELLED`. Returns 1 for the call that cancelled, 0 if the token
+// was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
+int32_t gs_cancel_token_cancel(const struct gs_cancel_token *token);
 
 // Number of inputs of the running node; 0 for a bad context.
 uint32_t gs_ctx_num_inputs(const struct gs_kernel_ctx *c);

@@ -41,6 +41,10 @@ pub enum ErrorKind {
     MemoryLimit,
     /// Reading or writing a file failed; the message names the file.
     Io,
+    /// The run was cancelled through its cancel token.
+    Cancelled,
+    /// The run passed its deadline.
+    DeadlineExceeded,
 }
 
 /// An error with a sentence naming the node, value or argument at fault.

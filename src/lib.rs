@@ -40,7 +40,7 @@ pub mod tensor;
 pub mod trace;
 
 pub use error::{Error, ErrorKind, Result};
-pub use exec::{run, Executor, InputBinding, KernelCtx, NodeEvent, RunOptions, RunResult, RunStats};
+pub use exec::{run, CancelToken, Executor, InputBinding, KernelCtx, NodeEvent, RunOptions, RunResult, RunStats};
 pub use graph::{Graph, GraphBuilder, GraphInfo, Kernel, NodeDesc, OutputSize, ValueRef};
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use sched::Policy;

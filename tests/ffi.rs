@@ -566,6 +566,33 @@ fn every_status_is_produced_by_some_misuse() {
             "",
         );
         expect(&mut seen, gs_graph_finalize(never_fail), GS_OK, "");
+        let mut token = null_mut();
+        expect(&mut seen, gs_cancel_token_new(&mut token), GS_OK, "");
+        assert_eq!(gs_cancel_token_cancel(token), 1, "the first cancel cancels");
+        assert_eq!(gs_cancel_token_cancel(token), 0, "later ones report it was done");
+        let cancelled = gs_run_options {
+            cancel: token,
+            ..Default::default()
+        };
+        expect(
+            &mut seen,
+            gs_run(never_fail, pool, &cancelled, &mut r),
+            GS_ERR_CANCELLED,
+            "cancelled",
+        );
+        gs_cancel_token_free(token);
+        assert_eq!(gs_cancel_token_cancel(token), -1, "a freed token is refused");
+        let hurried = gs_run_options {
+            timeout_ns: 1,
+            ..Default::default()
+        };
+        expect(
+            &mut seen,
+            gs_run(never_fail, pool, &hurried, &mut r),
+            GS_ERR_DEADLINE,
+            "deadline",
+        );
+        assert_eq!(live_bytes(pool), 0);
         let mut plan = null_mut();
         expect(
             &mut seen,
@@ -704,7 +731,7 @@ fn every_status_is_produced_by_some_misuse() {
         gs_pool_free(pool);
         gs_pool_free(null_mut());
     }
-    let all: BTreeSet<i32> = (0..=16).chain([18, 19]).collect();
+    let all: BTreeSet<i32> = (0..=16).chain(18..=21).collect();
     assert_eq!(seen, all, "statuses produced through the C ABI");
     assert_eq!(
         // SAFETY: static string.

@@ -391,3 +391,107 @@ fn estimates_are_learned_and_priorities_follow_them() {
     .unwrap();
     assert_eq!(graph.learned_op_ns(graph.op_index(slow)), learned_slow);
 }
+
+/// Cancel runs at random moments from another thread, many times: each run either finishes or
+/// reports `Cancelled`; nothing stays allocated; the graph runs again.
+#[test]
+fn cancelling_at_random_moments_never_loses_a_buffer() {
+    use graphsched::CancelToken;
+    let executor = Executor::new(2).unwrap();
+    let pool = Arc::new(Pool::default());
+    let (graph, _, _) = witnessed_dag(&mut Rng::new(5), 80, None);
+    let graph = Arc::new(graph);
+    let mut rng = Rng::new(11);
+    let (mut cancelled, mut finished) = (0, 0);
+    for i in 0..2000u64 {
+        let token = CancelToken::new();
+        let delay = std::time::Duration::from_micros(rng.below(300));
+        let executor = if i % 2 == 0 { Some(&executor) } else { None };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(delay);
+                assert!(token.cancel(), "the first cancel reports that it cancelled");
+                assert!(!token.cancel(), "later ones do not");
+            });
+            let options = RunOptions {
+                executor,
+                cancel: Some(&token),
+                ..Default::default()
+            };
+            match run(&graph, &pool, &options) {
+                Ok(result) => {
+                    finished += 1;
+                    assert_eq!(result.stats().nodes_run, 80);
+                }
+                Err(e) => {
+                    cancelled += 1;
+                    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+                    assert!(e.message().contains("cancelled"), "{e}");
+                }
+            }
+        });
+        assert_eq!(pool.stats().live_bytes, 0, "run {i} left buffers behind");
+    }
+    assert!(
+        cancelled > 0 && finished > 0,
+        "{cancelled} cancelled, {finished} finished"
+    );
+    run(
+        &graph,
+        &pool,
+        &RunOptions {
+            executor: Some(&executor),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_deadline_stops_a_run() {
+    let executor = Executor::new(2).unwrap();
+    let pool = Arc::new(Pool::default());
+    let mut b = GraphBuilder::new();
+    let mut prev = None;
+    for i in 0..50 {
+        let mut d = NodeDesc::new(
+            format!("slow{i}"),
+            "Spin",
+            Box::new(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                Ok(())
+            }),
+        )
+        .output(64);
+        if let Some(p) = prev {
+            d = d.input(p);
+        }
+        prev = Some(ValueRef::new(b.add_node(d).unwrap(), 0));
+    }
+    let graph = Arc::new(b.finalize().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(20);
+    let options = RunOptions {
+        executor: Some(&executor),
+        deadline: Some(deadline),
+        ..Default::default()
+    };
+    let e = run(&graph, &pool, &options)
+        .err()
+        .expect("100 ms of work cannot finish in 20 ms");
+    assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
+    assert!(
+        std::time::Instant::now() < deadline + std::time::Duration::from_millis(500),
+        "it stopped soon after"
+    );
+    assert_eq!(pool.stats().live_bytes, 0);
+    let generous = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    run(
+        &graph,
+        &pool,
+        &RunOptions {
+            deadline: Some(generous),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}

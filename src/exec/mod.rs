@@ -13,5 +13,5 @@ mod state;
 
 pub use ctx::KernelCtx;
 pub use executor::Executor;
-pub use run::{run, InputBinding, RunOptions, RunResult, RunStats};
+pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats};
 pub use state::NodeEvent;

@@ -48,6 +48,32 @@ pub struct RunOptions<'a> {
     /// per run (kept by the result while it lives). A sequential plan runs without an executor,
     /// in the plan's order; a parallel-safe plan runs either way.
     pub plan: Option<&'a Plan>,
+    /// Another thread may stop the run with this token: no new node starts, running kernels
+    /// finish, every buffer goes back, and the run returns `ErrorKind::Cancelled`.
+    pub cancel: Option<&'a CancelToken>,
+    /// Past this instant no new node starts; the run returns `ErrorKind::DeadlineExceeded`.
+    pub deadline: Option<Instant>,
+}
+
+/// Stops runs from another thread. One token may serve many runs; once cancelled it stays so.
+#[derive(Debug, Default)]
+pub struct CancelToken {
+    cancelled: std::sync::atomic::AtomicBool,
+}
+
+impl CancelToken {
+    pub fn new() -> Self {
+        CancelToken::default()
+    }
+
+    /// Cancels; true for the call that did it, false if the token was cancelled already.
+    pub fn cancel(&self) -> bool {
+        !self.cancelled.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Figures of one run. (C: `gs_run_stats`).
@@ -170,6 +196,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             threads,
             trace: options.trace.then_some(start),
             plan: options.plan,
+            cancel: options.cancel,
+            deadline: options.deadline,
         },
     );
     if let Some(plan) = options.plan {

@@ -21,6 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::ctx::{Buffer, KernelCtx};
+use super::run::CancelToken;
 use super::run::InputBinding;
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
@@ -141,6 +142,8 @@ pub(super) struct StateOptions<'r> {
     pub trace: Option<Instant>,
     /// Place statically sized values at this plan's offsets.
     pub plan: Option<&'r Plan>,
+    pub cancel: Option<&'r CancelToken>,
+    pub deadline: Option<Instant>,
 }
 
 pub(super) struct RunState<'r> {
@@ -169,6 +172,9 @@ pub(super) struct RunState<'r> {
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
     plan: Option<&'r Plan>,
+    /// Stops the run between nodes.
+    cancel: Option<&'r CancelToken>,
+    deadline: Option<Instant>,
     arena: Buffer,
     /// Measure kernels and feed the graph's learned estimates.
     learn: bool,
@@ -199,6 +205,8 @@ impl<'r> RunState<'r> {
             threads,
             trace,
             plan,
+            cancel,
+            deadline,
         } = options;
         let refs = (0..graph.value_count() as u32)
             .map(|v| AtomicU32::new(graph.consumers(v) + graph.is_graph_output(v) as u32))
@@ -236,6 +244,8 @@ impl<'r> RunState<'r> {
                 .map(|_| UnsafeCell::new(BlockCache::default()))
                 .collect(),
             plan,
+            cancel,
+            deadline,
             arena: Buffer::NONE,
             learn,
             trace: trace.map(|start| Tracer {
@@ -463,6 +473,26 @@ impl<'r> RunState<'r> {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// Whether the run was cancelled or passed its deadline: if so, records it as the run's
+    /// error (once) so that nothing new starts.
+    pub fn stopped(&self) -> bool {
+        let why = if self.cancel.is_some_and(CancelToken::is_cancelled) {
+            ErrorKind::Cancelled
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            ErrorKind::DeadlineExceeded
+        } else {
+            return false;
+        };
+        let done = self.nodes_run.load(Ordering::Relaxed);
+        let total = self.graph.node_count() - self.graph.graph_inputs().len();
+        let message = match why {
+            ErrorKind::Cancelled => format!("the run was cancelled, with about {done} of {total} nodes done"),
+            _ => format!("the run passed its deadline, with about {done} of {total} nodes done"),
+        };
+        self.fail(Error::new(why, message));
+        true
+    }
+
     /// Records the run's error if it is the first; later ones are dropped.
     pub fn fail(&self, e: Error) {
         let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
@@ -600,7 +630,7 @@ impl<'r> RunState<'r> {
     /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
     /// would have made ready is started.
     pub fn execute(&self, node: u32, scratch: &mut Scratch) {
-        if self.failed() {
+        if self.failed() || self.stopped() {
             return;
         }
         if self.gate.is_none() {

@@ -16,6 +16,7 @@
 // while in use) is the C API's documented contract, as for any C library.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod cancel;
 mod ctx;
 mod executor;
 mod graph;
@@ -26,6 +27,7 @@ mod run;
 mod sim;
 mod status;
 
+pub use cancel::*;
 pub use ctx::*;
 pub use executor::*;
 pub use graph::*;
@@ -114,7 +116,7 @@ const_assert_eq!(std::mem::size_of::<PoolConfig>(), 24);
 const_assert_eq!(std::mem::size_of::<PoolStats>(), 88);
 const_assert_eq!(std::mem::size_of::<RunStats>(), 56);
 const_assert_eq!(std::mem::size_of::<gs_node_desc>(), 72);
-const_assert_eq!(std::mem::size_of::<gs_run_options>(), 56);
+const_assert_eq!(std::mem::size_of::<gs_run_options>(), 72);
 const_assert_eq!(std::mem::size_of::<gs_executor_config>(), 4);
 const_assert_eq!(std::mem::size_of::<gs_sim_options>(), 24);
 const_assert_eq!(std::mem::size_of::<crate::sim::SimResult>(), 56);

@@ -1,5 +1,6 @@
 //! `gs_run` and `gs_result_*`.
 
+use super::cancel::gs_cancel_token;
 use super::executor::gs_executor;
 use super::graph::gs_graph;
 use super::gs_status::*;
@@ -45,6 +46,10 @@ pub struct gs_run_options {
     /// from the pool per run and kept by the result. NULL: every value from the pool. A
     /// sequential plan runs only without an executor.
     pub plan: *const gs_plan,
+    /// A token another thread may cancel the run with (`gs_cancel_token_new`); NULL: none.
+    pub cancel: *const gs_cancel_token,
+    /// Nanoseconds from the call after which no new node starts (`GS_ERR_DEADLINE`); 0: none.
+    pub timeout_ns: u64,
 }
 
 impl Default for gs_run_options {
@@ -58,6 +63,8 @@ impl Default for gs_run_options {
             policy: GS_POLICY_CRITICAL_PATH,
             flags: 0,
             plan: std::ptr::null(),
+            cancel: std::ptr::null(),
+            timeout_ns: 0,
         }
     }
 }
@@ -121,6 +128,14 @@ pub unsafe extern "C" fn gs_run(
             }
             run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
             run_options.trace = o.flags & GS_RUN_TRACE != 0;
+            if !o.cancel.is_null() {
+                // SAFETY: the handle is not freed concurrently (C contract).
+                run_options.cancel = Some(&unsafe { handle_ref(o.cancel, "options.cancel") }?.token);
+            }
+            if o.timeout_ns != 0 {
+                run_options.deadline =
+                    std::time::Instant::now().checked_add(std::time::Duration::from_nanos(o.timeout_ns));
+            }
             if !o.plan.is_null() {
                 // SAFETY: the handle is not freed concurrently (C contract).
                 run_options.plan = Some(&unsafe { handle_ref(o.plan, "options.plan") }?.plan);

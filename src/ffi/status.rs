@@ -51,6 +51,11 @@ pub enum gs_status {
     GS_ERR_MEMORY_LIMIT = 18,
     /// Reading or writing a file failed; the message names the file and the reason.
     GS_ERR_IO = 19,
+    /// The run was cancelled (`gs_cancel_token_cancel`): nothing new started, every buffer went
+    /// back, the graph can run again.
+    GS_ERR_CANCELLED = 20,
+    /// The run passed its deadline (`gs_run_options.timeout_ns`); as for a cancelled run.
+    GS_ERR_DEADLINE = 21,
 }
 
 use gs_status::*;
@@ -75,12 +80,14 @@ impl From<ErrorKind> for gs_status {
             ErrorKind::UnknownPointer => GS_ERR_UNKNOWN_POINTER,
             ErrorKind::MemoryLimit => GS_ERR_MEMORY_LIMIT,
             ErrorKind::Io => GS_ERR_IO,
+            ErrorKind::Cancelled => GS_ERR_CANCELLED,
+            ErrorKind::DeadlineExceeded => GS_ERR_DEADLINE,
         }
     }
 }
 
 /// Every status, for tests and for `gs_status_name`.
-pub(crate) const ALL_STATUSES: [gs_status; 20] = [
+pub(crate) const ALL_STATUSES: [gs_status; 22] = [
     GS_OK,
     GS_ERR_NULL_ARGUMENT,
     GS_ERR_INVALID_HANDLE,
@@ -101,6 +108,8 @@ pub(crate) const ALL_STATUSES: [gs_status; 20] = [
     GS_ERR_PANIC,
     GS_ERR_MEMORY_LIMIT,
     GS_ERR_IO,
+    GS_ERR_CANCELLED,
+    GS_ERR_DEADLINE,
 ];
 
 /// A failure on its way to C: the status plus the sentence for the last error.
@@ -196,6 +205,8 @@ pub extern "C" fn gs_status_name(status: i32) -> *const c_char {
         Some(GS_ERR_PANIC) => cstr!("GS_ERR_PANIC"),
         Some(GS_ERR_MEMORY_LIMIT) => cstr!("GS_ERR_MEMORY_LIMIT"),
         Some(GS_ERR_IO) => cstr!("GS_ERR_IO"),
+        Some(GS_ERR_CANCELLED) => cstr!("GS_ERR_CANCELLED"),
+        Some(GS_ERR_DEADLINE) => cstr!("GS_ERR_DEADLINE"),
         None => cstr!("GS_UNKNOWN_STATUS"),
     }
 }

@@ -1,0 +1,52 @@
+//! `gs_cancel_token_*`: stopping runs from another thread.
+
+use super::gs_status;
+use super::handle::{free_handle, handle_ref, into_handle, out_arg, Handle};
+use super::status::guard;
+use crate::exec::CancelToken;
+
+/// Stops the runs it is given to (`gs_run_options.cancel`) when cancelled from any thread.
+pub struct gs_cancel_token {
+    pub(crate) token: CancelToken,
+}
+
+impl Handle for gs_cancel_token {
+    const NAME: &'static str = "gs_cancel_token";
+}
+
+/// Makes a token, not cancelled.
+#[no_mangle]
+pub extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> gs_status {
+    guard(|| {
+        // SAFETY: writable by contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        *out = into_handle(gs_cancel_token {
+            token: CancelToken::new(),
+        });
+        Ok(())
+    })
+}
+
+/// Frees a token. NULL does nothing. No run may be using it.
+#[no_mangle]
+pub extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
+    let _ = guard(|| {
+        // SAFETY: no other thread uses the handle while it is freed (C contract).
+        unsafe { free_handle(token, "token") };
+        Ok(())
+    });
+}
+
+/// Cancels: runs using the token start no new node, let running kernels finish, return every
+/// buffer and fail with `GS_ERR_CANCELLED`. Returns 1 for the call that cancelled, 0 if the token
+/// was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
+#[no_mangle]
+pub extern "C" fn gs_cancel_token_cancel(token: *const gs_cancel_token) -> i32 {
+    let mut result = -1;
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        result = unsafe { handle_ref(token, "token") }?.token.cancel() as i32;
+        Ok(())
+    });
+    result
+}
