@@ -768,4 +768,14 @@ fn kernel_context_rejects_bad_pointers() {
         gs_status::GS_ERR_NULL_ARGUMENT
     );
     assert!(gs_ctx_node_name(null()).is_null());
+    assert_eq!(gs_ctx_num_outputs(garbage.as_ptr() as *const gs_kernel_ctx), 0);
+    assert_eq!(gs_ctx_output_in_place(null(), 0), 0);
+    let mut p: *mut c_void = null_mut();
+    assert_eq!(
+        gs_pool_acquire_zeroed(null_mut(), 64, &mut p),
+        gs_status::GS_ERR_NULL_ARGUMENT
+    );
+    assert!(p.is_null());
+    // The only call that cannot be misused: it agrees with the header's number.
+    assert_eq!(gs_version_number(), GS_VERSION_NUMBER);
 }
