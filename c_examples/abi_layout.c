@@ -18,7 +18,7 @@
     X(gs_value, 8, 4)           \
     X(gs_input_binding, 160, 8) \
     X(gs_graph_info, 80, 8)     \
-    X(gs_pool_config, 24, 8)    \
+    X(gs_pool_config, 32, 8)    \
     X(gs_pool_stats, 88, 8)     \
     X(gs_run_stats, 56, 8)      \
     X(gs_node_desc, 72, 8)      \

@@ -263,6 +263,10 @@ typedef struct gs_pool_config {
   uint64_t large_threshold_bytes;
   // Address space each region reserves (committed only when touched). 0: 1 GiB.
   uint64_t region_bytes;
+  // Non-zero: debug red zones. Every block gets 64 guard bytes before and after it, checked
+  // when it is released (and by runs after each kernel), and is filled with a poison pattern
+  // when released. Costs 128 bytes and two fills per block.
+  uint32_t red_zones;
 } gs_pool_config;
 
 // Counters since the pool was made; peaks since the last reset (C: `gs_pool_stats`).

@@ -59,6 +59,7 @@ fn concurrent_use_under_a_cap_and_small_regions() {
         max_pool_bytes: 4 << 20,
         large_threshold_bytes: 4096,
         region_bytes: 8 << 20,
+        red_zones: 0,
     })
     .unwrap();
     let pool = Arc::new(pool);
@@ -66,4 +67,10 @@ fn concurrent_use_under_a_cap_and_small_regions() {
     assert!(pool.stats().reserved_bytes <= 4 << 20);
     pool.trim();
     assert_eq!(pool.stats().reserved_bytes, 0);
+}
+
+#[test]
+fn concurrent_use_with_red_zones() {
+    let pool = Arc::new(Pool::new(PoolConfig { red_zones: 1, ..Default::default() }).unwrap());
+    stress(pool, 4, 2000);
 }

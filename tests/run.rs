@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{AlignedBuf, Ledger, Rng};
-use graphsched::{run, ErrorKind, GraphBuilder, InputBinding, NodeDesc, Pool, RunOptions, ValueRef};
+use graphsched::{run, ErrorKind, Executor, GraphBuilder, InputBinding, NodeDesc, Pool, RunOptions, ValueRef};
 
 fn pool() -> Arc<Pool> {
     Arc::new(Pool::default())
@@ -576,4 +576,65 @@ fn in_place_outputs_take_over_dying_inputs_only() {
         )
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
+
+/// Debug red zones: a kernel that writes one byte past its output is named when it finishes;
+/// released blocks are poisoned; the pool keeps nothing after the failed run.
+#[test]
+fn red_zones_catch_an_overrunning_kernel() {
+    let pool = Arc::new(
+        Pool::new(graphsched::PoolConfig {
+            red_zones: 1,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let mut b = GraphBuilder::new();
+    let good = b
+        .add_node(NodeDesc::new("good", "Fill", Box::new(|ctx| Ok(ctx.output_bytes(0).unwrap().fill(1)))).output(100))
+        .unwrap();
+    b.add_node(
+        NodeDesc::new(
+            "sloppy",
+            "Copy",
+            Box::new(|ctx| {
+                let out = ctx.output(0).unwrap();
+                // SAFETY (deliberately not): one byte past the 100-byte output, inside the pool's
+                // red zone, which is mapped memory of the pool.
+                unsafe { (out.data as *mut u8).add(out.nbytes).write(0x42) };
+                Ok(())
+            }),
+        )
+        .input(ValueRef::new(good, 0))
+        .output(100),
+    )
+    .unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    for executor in [None, Some(&Executor::new(2).unwrap())] {
+        let e = run(
+            &graph,
+            &pool,
+            &RunOptions {
+                executor,
+                ..Default::default()
+            },
+        )
+        .err()
+        .expect("the overrun is caught");
+        assert_eq!(e.kind(), ErrorKind::KernelFailed);
+        assert!(
+            e.message().contains("'sloppy'") && e.message().contains("out of the bounds of output 0"),
+            "{e}"
+        );
+        assert_eq!(pool.stats().live_bytes, 0);
+    }
+    // Released memory is poisoned.
+    let p = pool.acquire(64, false).unwrap();
+    // SAFETY: 64 bytes, ours.
+    unsafe { p.as_ptr().write_bytes(7, 64) };
+    pool.release(p).unwrap();
+    // SAFETY: the block is released but its pages stay mapped by the pool; reading shows the poison.
+    assert!(unsafe { std::slice::from_raw_parts(p.as_ptr(), 64) }
+        .iter()
+        .all(|&x| x == 0xDD));
 }

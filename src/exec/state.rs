@@ -236,7 +236,7 @@ impl<'r> RunState<'r> {
                 running: AtomicU32::new(0),
                 deferred: Mutex::new(Vec::new()),
             }),
-            caches: (0..if memory_limit > 0 || !admit_on_ready {
+            caches: (0..if memory_limit > 0 || !admit_on_ready || pool.config().red_zones != 0 {
                 0
             } else {
                 threads
@@ -313,6 +313,46 @@ impl<'r> RunState<'r> {
         // SAFETY: the producer of `v` finished before this node became ready.
         let held = unsafe { (*self.slots[v as usize].get()).buffer };
         (!held.ptr.is_null() && held.capacity >= n && !self.in_arena(held)).then_some(v)
+    }
+
+    /// With the pool's red zones on: after a kernel ran, checks the guards around its outputs
+    /// and inputs, and names the node if it wrote out of bounds.
+    fn check_red_zones(&self, node: u32, buffers: &[Buffer], in_place_output: Option<usize>) -> Result<()> {
+        if self.pool.config().red_zones == 0 {
+            return Ok(());
+        }
+        let g = self.graph;
+        let intact = |b: Buffer| match std::ptr::NonNull::new(b.ptr.cast::<u8>()) {
+            Some(p) if b.capacity > 0 && !self.in_arena(b) => self.pool.guards_intact(p, b.capacity),
+            _ => true,
+        };
+        for (k, &b) in buffers.iter().enumerate() {
+            if Some(k) != in_place_output && !intact(b) {
+                return err(
+                    ErrorKind::KernelFailed,
+                    format!(
+                        "node {} wrote out of the bounds of output {k} ({} bytes): its red zone was overwritten",
+                        g.node_label(node),
+                        b.capacity
+                    ),
+                );
+            }
+        }
+        for (i, &v) in g.node_inputs(node).iter().enumerate() {
+            // SAFETY: this node still holds its inputs; their slots do not change under it.
+            let b = unsafe { (*self.slots[v as usize].get()).buffer };
+            if in_place_output.is_none() && !intact(b) {
+                return err(
+                    ErrorKind::KernelFailed,
+                    format!(
+                        "node {} wrote out of the bounds of input {i} ({} bytes): its red zone was overwritten",
+                        g.node_label(node),
+                        b.capacity
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Returns a buffer to the pool, unless it lives in the plan's arena.
@@ -795,7 +835,9 @@ impl<'r> RunState<'r> {
         }
         let detail = ctx.error.take();
         let failure = match outcome {
-            Ok(Ok(())) => check_outputs(g, node, outputs, buffers).err(),
+            Ok(Ok(())) => check_outputs(g, node, outputs, buffers)
+                .and_then(|_| self.check_red_zones(node, buffers, in_place_output))
+                .err(),
             Ok(Err(msg)) => {
                 let msg = match detail {
                     Some(d) => format!("{d} ({msg})"),
@@ -978,7 +1020,12 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
         return;
     }
     if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
-        pool.release(p).expect("a run releases only blocks it acquired, once");
+        match pool.release(p) {
+            // A red zone overwritten: the block is back in the pool, and the run has already
+            // named the node that did it (see `check_red_zones`).
+            Err(e) if e.kind() == ErrorKind::KernelFailed => {}
+            other => other.expect("a run releases only blocks it acquired, once"),
+        }
     }
 }
 

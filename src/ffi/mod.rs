@@ -112,7 +112,7 @@ const_assert_eq!(std::mem::size_of::<Tensor>(), 152);
 const_assert_eq!(std::mem::size_of::<ValueRef>(), 8);
 const_assert_eq!(std::mem::size_of::<InputBinding>(), 160);
 const_assert_eq!(std::mem::size_of::<GraphInfo>(), 80);
-const_assert_eq!(std::mem::size_of::<PoolConfig>(), 24);
+const_assert_eq!(std::mem::size_of::<PoolConfig>(), 32);
 const_assert_eq!(std::mem::size_of::<PoolStats>(), 88);
 const_assert_eq!(std::mem::size_of::<RunStats>(), 56);
 const_assert_eq!(std::mem::size_of::<gs_node_desc>(), 72);

@@ -37,6 +37,11 @@ use crate::graph::MAX_VALUE_BYTES;
 const DEFAULT_LARGE_THRESHOLD: u64 = 1024;
 const MAX_LARGE_THRESHOLD: u64 = 64 * 1024;
 const DEFAULT_REGION_BYTES: u64 = 1 << 30;
+/// Red zone size (keeps 64-byte blocks 64-byte aligned), and the patterns: guards, and released
+/// memory.
+const RED_ZONE: usize = 64;
+const GUARD: u8 = 0xFD;
+const POISON: u8 = 0xDD;
 
 /// Pool settings; zero fields take their defaults (C: `gs_pool_config`).
 #[repr(C)]
@@ -50,6 +55,10 @@ pub struct PoolConfig {
     pub large_threshold_bytes: u64,
     /// Address space each region reserves (committed only when touched). 0: 1 GiB.
     pub region_bytes: u64,
+    /// Non-zero: debug red zones. Every block gets 64 guard bytes before and after it, checked
+    /// when it is released (and by runs after each kernel), and is filled with a poison pattern
+    /// when released. Costs 128 bytes and two fills per block.
+    pub red_zones: u32,
 }
 
 /// Counters since the pool was made; peaks since the last reset (C: `gs_pool_stats`).
@@ -238,10 +247,11 @@ impl Pool {
     /// consumer in the topological order). Blocks released together are placed together.
     pub fn acquire_until(&self, nbytes: usize, zero: bool, release_tick: u64) -> Result<NonNull<u8>> {
         Self::check_request(nbytes)?;
+        let inner = nbytes + self.guard_bytes() * 2;
         let addr = self
             .lock()
-            .acquire(nbytes, release_tick, self.config.large_threshold_bytes)?;
-        let ptr = NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions");
+            .acquire(inner, release_tick, self.config.large_threshold_bytes)?;
+        let ptr = self.guarded(addr, nbytes);
         if zero {
             // SAFETY: the block holds at least `nbytes` bytes and is now the caller's alone.
             unsafe { ptr.as_ptr().write_bytes(0, nbytes) };
@@ -253,12 +263,79 @@ impl Pool {
     /// keep a few blocks of a size at hand.
     pub fn acquire_many(&self, nbytes: usize, count: usize, out: &mut Vec<NonNull<u8>>) -> Result<()> {
         Self::check_request(nbytes)?;
+        let inner = nbytes + self.guard_bytes() * 2;
         let mut st = self.lock();
         for _ in 0..count {
-            let addr = st.acquire(nbytes, NEVER, self.config.large_threshold_bytes)?;
-            out.push(NonNull::new(addr as *mut u8).expect("blocks lie inside mapped regions"));
+            let addr = st.acquire(inner, NEVER, self.config.large_threshold_bytes)?;
+            out.push(self.guarded(addr, nbytes));
         }
         Ok(())
+    }
+
+    /// Bytes of each red zone (0 when they are off).
+    fn guard_bytes(&self) -> usize {
+        if self.config.red_zones != 0 {
+            RED_ZONE
+        } else {
+            0
+        }
+    }
+
+    /// The caller's pointer into a block at `addr`, red zones laid around it if they are on.
+    fn guarded(&self, addr: usize, nbytes: usize) -> NonNull<u8> {
+        let g = self.guard_bytes();
+        if g > 0 {
+            // SAFETY: the block holds `g + nbytes + g` bytes and is the caller's alone.
+            unsafe {
+                (addr as *mut u8).write_bytes(GUARD, g);
+                ((addr + g + nbytes) as *mut u8).write_bytes(GUARD, g);
+            }
+        }
+        NonNull::new((addr + g) as *mut u8).expect("blocks lie inside mapped regions")
+    }
+
+    /// Whether the red zones around a live block of `nbytes` at `ptr` are intact (always true
+    /// when they are off). Runs call it after each kernel to name a node that wrote out of bounds.
+    pub fn guards_intact(&self, ptr: NonNull<u8>, nbytes: usize) -> bool {
+        let g = self.guard_bytes();
+        if g == 0 {
+            return true;
+        }
+        let p = ptr.as_ptr() as usize;
+        // SAFETY: a live block handed out with red zones has `g` guard bytes on each side.
+        let (before, after) = unsafe {
+            (
+                std::slice::from_raw_parts((p - g) as *const u8, g),
+                std::slice::from_raw_parts((p + nbytes) as *const u8, g),
+            )
+        };
+        before.iter().chain(after).all(|&b| b == GUARD)
+    }
+
+    /// With red zones on: the block's address, after checking its guards and poisoning it.
+    fn unguard(&self, ptr: NonNull<u8>, st: &State) -> Result<NonNull<u8>> {
+        let g = self.guard_bytes();
+        if g == 0 {
+            return Ok(ptr);
+        }
+        let addr = ptr.as_ptr() as usize - g;
+        let Some(live) = st.live.get(&addr) else {
+            return err(
+                ErrorKind::UnknownPointer,
+                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
+            );
+        };
+        let nbytes = live.nbytes - 2 * g;
+        let intact = self.guards_intact(ptr, nbytes);
+        // SAFETY: the block is live and being given back: nobody may use it any more.
+        unsafe { ptr.as_ptr().write_bytes(POISON, nbytes) };
+        if !intact {
+            return err(
+                ErrorKind::KernelFailed,
+                format!("the red zone around the {nbytes}-byte block at {ptr:p} was overwritten: something wrote out of its bounds"),
+            );
+        }
+        Ok(NonNull::new(addr as *mut u8).expect("inside a region"))
     }
 
     fn check_request(nbytes: usize) -> Result<()> {
@@ -281,17 +358,29 @@ impl Pool {
     /// released, is an error and changes nothing.
     pub fn release(&self, ptr: NonNull<u8>) -> Result<()> {
         let mut st = self.lock();
-        st.release(ptr)?;
+        // An overwritten red zone is reported, and the block still goes back (nothing leaks).
+        let (block, damage) = match self.unguard(ptr, &st) {
+            Ok(block) => (block, None),
+            Err(e) if e.kind() == ErrorKind::KernelFailed => (
+                NonNull::new((ptr.as_ptr() as usize - self.guard_bytes()) as *mut u8).expect("inside a region"),
+                Some(e),
+            ),
+            Err(e) => return Err(e),
+        };
+        st.release(block)?;
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
         }
-        Ok(())
+        damage.map_or(Ok(()), Err)
     }
 
     /// Takes back many blocks under one lock; stops at the first pointer it does not know.
     pub fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>) -> Result<()> {
         let mut st = self.lock();
-        let result = ptrs.into_iter().try_for_each(|p| st.release(p));
+        let result = ptrs.into_iter().try_for_each(|p| {
+            let block = self.unguard(p, &st)?;
+            st.release(block)
+        });
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
         }
