@@ -17,7 +17,10 @@ fn rss() -> u64 {
 
 #[test]
 fn ten_thousand_runs_hold_memory_steady() {
-    let path = bundled_graphs().into_iter().find(|p| p.ends_with("mobilenetv2-224.json")).unwrap();
+    let path = bundled_graphs()
+        .into_iter()
+        .find(|p| p.ends_with("mobilenetv2-224.json"))
+        .unwrap();
     let file = GraphFile::load(&path).unwrap();
     // Kernels that do nothing: the soak is about the runtime's memory, not the kernels'.
     let loaded = file.build(&mut |_| Box::new(|_| Ok(()))).unwrap();
@@ -25,7 +28,11 @@ fn ten_thousand_runs_hold_memory_steady() {
     let bindings = inputs.bindings();
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
-    let options = RunOptions { inputs: &bindings, executor: Some(&executor), ..Default::default() };
+    let options = RunOptions {
+        inputs: &bindings,
+        executor: Some(&executor),
+        ..Default::default()
+    };
     let mut after_first = None;
     let mut rss_early = 0;
     for i in 0..10_000 {
@@ -40,10 +47,16 @@ fn ten_thousand_runs_hold_memory_steady() {
         if i > 0 && i % 1000 == 0 {
             let first = after_first.unwrap();
             assert_eq!(s.os_allocs, first.os_allocs, "run {i} took memory from the system");
-            assert!(s.reserved_bytes <= first.peak_reserved_bytes, "run {i}: reserved grew past the first run's peak");
+            assert!(
+                s.reserved_bytes <= first.peak_reserved_bytes,
+                "run {i}: reserved grew past the first run's peak"
+            );
         }
     }
     let growth = rss().saturating_sub(rss_early);
-    assert!(growth < 4 << 20, "resident memory grew by {growth} bytes over 9,900 runs");
+    assert!(
+        growth < 4 << 20,
+        "resident memory grew by {growth} bytes over 9,900 runs"
+    );
     assert_eq!(pool.stats().live_bytes, 0);
 }
