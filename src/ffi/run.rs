@@ -22,6 +22,18 @@ pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
 /// the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
 pub const GS_RUN_TRACE: u32 = 2;
 
+/// A `GS_POLICY_*` value from C, checked.
+pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
+    match policy {
+        GS_POLICY_CRITICAL_PATH => Ok(Policy::CriticalPath),
+        GS_POLICY_FIFO => Ok(Policy::Fifo),
+        other => Err(FfiError::new(
+            GS_ERR_INVALID_ARGUMENT,
+            format!("options.policy is {other}, not a GS_POLICY_* value"),
+        )),
+    }
+}
+
 /// How to run a graph. Zero-initialize, then fill in; all zeros means defaults. NULL options
 /// are fine for a graph without inputs.
 #[repr(C)]
@@ -108,16 +120,7 @@ pub unsafe extern "C" fn gs_run(
                 // SAFETY: the handle is not freed concurrently (C contract).
                 run_options.executor = Some(&unsafe { handle_ref(o.executor, "options.executor") }?.executor);
             }
-            run_options.policy = match o.policy {
-                GS_POLICY_CRITICAL_PATH => Policy::CriticalPath,
-                GS_POLICY_FIFO => Policy::Fifo,
-                other => {
-                    return Err(FfiError::new(
-                        GS_ERR_INVALID_ARGUMENT,
-                        format!("options.policy is {other}, not a GS_POLICY_* value"),
-                    ))
-                }
-            };
+            run_options.policy = policy_from_c(o.policy)?;
             let known = GS_RUN_FREEZE_ESTIMATES | GS_RUN_TRACE;
             if o.flags & !known != 0 {
                 let unknown = o.flags & !known;

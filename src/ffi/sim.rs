@@ -2,10 +2,9 @@
 
 use super::gs_status::*;
 use super::handle::{handle_ref, out_arg};
-use super::run::{GS_POLICY_CRITICAL_PATH, GS_POLICY_FIFO};
+use super::run::policy_from_c;
 use super::status::{guard, FfiError};
 use super::{gs_graph, gs_status};
-use crate::sched::Policy;
 use crate::sim::{simulate, SimOptions, SimResult};
 
 /// What to simulate. Zero-initialize, then fill in.
@@ -42,16 +41,7 @@ pub unsafe extern "C" fn gs_simulate(
             .ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'options' is NULL"))?;
         // SAFETY: writable by contract.
         let out = unsafe { out_arg(out, "out") }?;
-        let policy = match o.policy {
-            GS_POLICY_CRITICAL_PATH => Policy::CriticalPath,
-            GS_POLICY_FIFO => Policy::Fifo,
-            other => {
-                return Err(FfiError::new(
-                    GS_ERR_INVALID_ARGUMENT,
-                    format!("options.policy is {other}, not a GS_POLICY_* value"),
-                ))
-            }
-        };
+        let policy = policy_from_c(o.policy)?;
         let options = SimOptions {
             threads: o.threads as usize,
             policy,
