@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Every test, on a fresh machine: Rust unit and integration tests (the header check among them),
 # then the CMake build and ctest (C/C++ examples against the shared and static library, the
-# exported-symbol check, and the find_package, add_subdirectory and pkg-config consumers).
+# exported-symbol check, and the find_package, add_subdirectory and pkg-config consumers; the
+# examples again under valgrind memcheck and built with ASan/UBSan: labels `valgrind`, `asan`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_packages cmake:cmake pkg-config:pkg-config
+ensure_packages cmake:cmake pkg-config:pkg-config valgrind:valgrind
 
 echo "== cargo test (the core, the workloads, and the generated-header check)"
 cargo test --locked --workspace

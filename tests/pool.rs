@@ -71,6 +71,12 @@ fn concurrent_use_under_a_cap_and_small_regions() {
 
 #[test]
 fn concurrent_use_with_red_zones() {
-    let pool = Arc::new(Pool::new(PoolConfig { red_zones: 1, ..Default::default() }).unwrap());
+    let pool = Arc::new(
+        Pool::new(PoolConfig {
+            red_zones: 1,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
     stress(pool, 4, 2000);
 }
