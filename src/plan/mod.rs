@@ -31,7 +31,8 @@ pub enum Order {
     #[default]
     Topological,
     /// A topological order chosen to keep live bytes low: among ready nodes, the one that
-    /// frees the most bytes net of what it allocates goes first.
+    /// frees the most bytes net of what it allocates goes first; the topological order instead
+    /// if that one has the lower max-live bound.
     MemoryAware,
 }
 
@@ -61,18 +62,31 @@ pub struct Plan {
 impl Plan {
     /// Plans `graph` in `mode`.
     pub fn new(graph: &Graph, mode: Mode) -> Result<Plan> {
-        let order = match mode {
-            Mode::Sequential(Order::MemoryAware) => memory_aware_order(graph),
-            _ => graph.topological_order().to_vec(),
-        };
         let n = graph.node_count();
-        let mut position = vec![0u32; n];
-        for (i, &v) in order.iter().enumerate() {
-            position[v as usize] = i as u32;
-        }
         let values = planned_values(graph);
-        let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
-        let max_live_bytes = max_live(graph, &values, &lifetimes, order.len());
+        // An order's positions, lifetimes and max-live bound.
+        let measure = |order: &[u32]| {
+            let mut position = vec![0u32; n];
+            for (i, &v) in order.iter().enumerate() {
+                position[v as usize] = i as u32;
+            }
+            let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
+            let bound = max_live(graph, &values, &lifetimes, order.len());
+            (position, lifetimes, bound)
+        };
+        let topological = graph.topological_order().to_vec();
+        let (mut order, (mut position, mut lifetimes, mut max_live_bytes)) = {
+            let m = measure(&topological);
+            (topological, m)
+        };
+        if mode == Mode::Sequential(Order::MemoryAware) {
+            // The greedy order is a heuristic: keep the graph's own order when it is better.
+            let greedy = memory_aware_order(graph);
+            let m = measure(&greedy);
+            if m.2 < max_live_bytes {
+                (order, (position, lifetimes, max_live_bytes)) = (greedy, m);
+            }
+        }
         if mode == Mode::ParallelSafe && n > MAX_PARALLEL_SAFE_NODES {
             return err(
                 ErrorKind::InvalidArgument,
