@@ -9,8 +9,16 @@
 //! Layers, data flowing down:
 //! - [`ffi`]: the C ABI (`include/graphsched.h`), a thin shell of checks and conversions;
 //! - [`graph`]: the builder, validation and analysis (order, levels, critical path);
-//! - [`exec`]: running a graph, and the context kernels see;
-//! - [`pool`]: aligned buffers with reuse; knows nothing about graphs.
+//! - [`plan`]: static memory plans, one arena offset per value;
+//! - [`sched`]: policy, which ready node goes first (slack, bands, learned estimates);
+//! - [`exec`]: mechanism: the run state, the executor's work-stealing workers, the drivers, the
+//!   context kernels see;
+//! - [`sim`]: the same policy on a virtual clock, for any thread count;
+//! - [`pool`]: aligned buffers with reuse; knows nothing about graphs;
+//! - [`trace`]: Chrome trace-event JSON of a run, Graphviz DOT of a graph.
+//!
+//! `sched` decides, `exec` executes: the scheduler never calls a kernel, the executor never
+//! picks a priority.
 //!
 //! ```
 //! use graphsched::{GraphBuilder, NodeDesc, Pool, PoolConfig, RunOptions, ValueRef};
