@@ -32,6 +32,9 @@ const SPIN: Duration = Duration::from_micros(50);
 pub(super) struct Task {
     run: *const RunState<'static>,
     node: u32,
+    /// The node's output bytes are reserved already (under a memory limit: it was admitted
+    /// while waiting); otherwise it is admitted when it starts.
+    reserved: bool,
 }
 
 // SAFETY: a task points at a run that outlives it: the run's caller waits until the run's
@@ -125,17 +128,17 @@ impl Executor {
         // this function returns only once `active` is 0.
         let run: *const RunState<'static> = (state as *const RunState<'_>).cast();
         let mut scratch = Scratch::default();
-        let mut roots = roots.to_vec();
-        if roots.is_empty() {
-            state.resolve_stall(&mut roots); // every root waits for memory: admit or fail
-        }
         let Some((&first, rest)) = roots.split_first() else {
             return;
         };
         state.active.store(roots.len(), Ordering::Release);
         self.shared.push(run, rest, None);
-        self.shared
-            .run_task(Task { run, node: first }, None, &mut scratch, Some(run));
+        let first = Task {
+            run,
+            node: first,
+            reserved: false,
+        };
+        self.shared.run_task(first, None, &mut scratch, Some(run));
         let mut idle_since = None;
         while state.active.load(Ordering::Acquire) != 0 {
             if let Some(task) = self.shared.find_work(None) {
@@ -233,6 +236,21 @@ impl Shared {
 
     /// Queues nodes of a run (already counted in its `active`), most critical first.
     fn push(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<&Vec<Worker<Task>>>) {
+        self.push_tasks(run, nodes, false, local);
+    }
+
+    /// Queues nodes admitted under the memory limit already.
+    fn push_reserved(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<&Vec<Worker<Task>>>) {
+        self.push_tasks(run, nodes, true, local);
+    }
+
+    fn push_tasks(
+        &self,
+        run: *const RunState<'static>,
+        nodes: &[u32],
+        reserved: bool,
+        local: Option<&Vec<Worker<Task>>>,
+    ) {
         if nodes.is_empty() {
             return;
         }
@@ -240,7 +258,7 @@ impl Shared {
         let state = unsafe { &*run };
         for &node in nodes {
             let band = state.band(node);
-            let task = Task { run, node };
+            let task = Task { run, node, reserved };
             match local {
                 Some(local) => local[band].push(task),
                 None => self.injectors[band].push(task),
@@ -265,6 +283,7 @@ impl Shared {
         // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
         let state = unsafe { &*run };
         let mut node = task.node;
+        let mut reserved = task.reserved;
         loop {
             if let Some(window) = &state.window {
                 if !window.enter(node) {
@@ -274,11 +293,27 @@ impl Shared {
                     return;
                 }
             }
+            // Under a memory limit a node is admitted when it starts, as the simulator does: a
+            // queued node holds no memory. One that does not fit waits for a release.
+            if !reserved && !state.admit(node) {
+                if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
+                    self.push(run, &[deferred], local);
+                }
+                break;
+            }
             scratch.ready.clear();
+            scratch.admitted.clear();
             state.execute(node, scratch);
             if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
                 self.push(run, &[deferred], local); // counted in `active` already
             }
+            if !scratch.admitted.is_empty() {
+                let admitted = std::mem::take(&mut scratch.admitted);
+                state.active.fetch_add(admitted.len(), Ordering::AcqRel);
+                self.push_reserved(run, &admitted, local);
+                scratch.admitted = admitted;
+            }
+            reserved = false;
             let ready = std::mem::take(&mut scratch.ready);
             let next = state.continuation(node, &ready);
             let queued = if next.is_some() { &ready[1..] } else { &ready[..] };
@@ -305,7 +340,7 @@ impl Shared {
                 let admitted = std::mem::take(&mut scratch.ready);
                 if !admitted.is_empty() {
                     state.active.fetch_add(admitted.len(), Ordering::AcqRel);
-                    self.push(run, &admitted, local);
+                    self.push_reserved(run, &admitted, local);
                 }
                 scratch.ready = admitted;
                 active = state.active.load(Ordering::Acquire);

@@ -192,7 +192,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             window: (options.window != 0 && options.window < threads).then_some(options.window as u32),
             learn: !options.freeze_estimates,
             fifo: options.policy == Policy::Fifo,
-            admit_on_ready: options.executor.is_some(),
+            parallel: options.executor.is_some(),
             threads,
             trace: options.trace.then_some(start),
             plan: options.plan,
@@ -212,8 +212,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     state.take_arena_from_pool()?;
     match options.executor {
         Some(executor) => {
-            let roots: Vec<u32> = prio.roots.iter().copied().filter(|&r| state.admit(r)).collect();
-            executor.drive(&state, &roots);
+            executor.drive(&state, &prio.roots);
         }
         None => in_order(&state, options.plan.map_or(graph.topological_order(), |p| &p.order)),
     }

@@ -55,6 +55,8 @@ pub(super) struct Scratch {
     outputs: Vec<Tensor>,
     buffers: Vec<Buffer>,
     pub ready: Vec<u32>,
+    /// Waiting nodes a release let in (memory reserved), most critical first.
+    pub admitted: Vec<u32>,
     nodes_run: u64,
     acquires: u64,
     /// Nodes executed by this thread, for sampling kernel durations.
@@ -135,7 +137,8 @@ pub(super) struct StateOptions<'r> {
     pub window: Option<u32>,
     pub learn: bool,
     pub fifo: bool,
-    pub admit_on_ready: bool,
+    /// Run on an executor (per-thread block caches apply).
+    pub parallel: bool,
     /// Threads that may execute the run's nodes, its caller included.
     pub threads: usize,
     /// Record every node's execution (times every kernel); the run's start.
@@ -182,9 +185,6 @@ pub(super) struct RunState<'r> {
     busy_ns: AtomicU64,
     /// No priorities: one band, no continuations.
     fifo: bool,
-    /// Reserve memory when a node becomes ready (parallel runs queue admitted nodes only);
-    /// otherwise when it starts (the sequential run, which follows a fixed order).
-    admit_on_ready: bool,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -201,7 +201,7 @@ impl<'r> RunState<'r> {
             window,
             learn,
             fifo,
-            admit_on_ready,
+            parallel,
             threads,
             trace,
             plan,
@@ -236,7 +236,7 @@ impl<'r> RunState<'r> {
                 running: AtomicU32::new(0),
                 deferred: Mutex::new(Vec::new()),
             }),
-            caches: (0..if memory_limit > 0 || !admit_on_ready || pool.config().red_zones != 0 {
+            caches: (0..if memory_limit > 0 || !parallel || pool.config().red_zones != 0 {
                 0
             } else {
                 threads
@@ -254,7 +254,6 @@ impl<'r> RunState<'r> {
             }),
             busy_ns: AtomicU64::new(0),
             fifo,
-            admit_on_ready,
         }
     }
 
@@ -909,10 +908,10 @@ impl<'r> RunState<'r> {
         scratch.nodes_run += 1;
         let ready = &mut scratch.ready;
         if released {
-            self.readmit(ready);
+            self.readmit(&mut scratch.admitted);
         }
         for &s in self.prio.successors(node) {
-            if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 && (!self.admit_on_ready || self.admit(s)) {
+            if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                 ready.push(s);
             }
         }
