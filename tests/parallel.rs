@@ -210,11 +210,7 @@ fn concurrent_runs_share_graph_executor_and_pool() {
     };
     let reference: Vec<u64> = {
         let r = run(&graph, &pool, &options).unwrap();
-        graph
-            .graph_outputs()
-            .iter()
-            .map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap()))
-            .collect()
+        common::output_sums(&graph, &r)
     };
     let _ = ledger;
     std::thread::scope(|s| {
@@ -226,11 +222,7 @@ fn concurrent_runs_share_graph_executor_and_pool() {
                 };
                 for _ in 0..30 {
                     let r = run(&graph, &pool, &options).unwrap();
-                    let got: Vec<u64> = graph
-                        .graph_outputs()
-                        .iter()
-                        .map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap()))
-                        .collect();
+                    let got: Vec<u64> = common::output_sums(&graph, &r);
                     assert_eq!(got, reference);
                 }
             });

@@ -405,22 +405,14 @@ fn concurrent_runs_share_graph_and_pool() {
     let pool = pool();
     let reference: Vec<u64> = {
         let r = run(&graph, &pool, &RunOptions::default()).unwrap();
-        graph
-            .graph_outputs()
-            .iter()
-            .map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap()))
-            .collect()
+        common::output_sums(&graph, &r)
     };
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
                 for _ in 0..25 {
                     let r = run(&graph, &pool, &RunOptions::default()).unwrap();
-                    let got: Vec<u64> = graph
-                        .graph_outputs()
-                        .iter()
-                        .map(|&v| common::fnv(r.output_bytes(graph.value_ref(v)).unwrap()))
-                        .collect();
+                    let got: Vec<u64> = common::output_sums(&graph, &r);
                     assert_eq!(got, reference);
                 }
             });

@@ -31,6 +31,15 @@ pub fn fnv(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Checksums of a run's graph outputs, in the graph's output order.
+pub fn output_sums(graph: &graphsched::Graph, result: &graphsched::RunResult) -> Vec<u64> {
+    graph
+        .graph_outputs()
+        .iter()
+        .map(|&v| fnv(result.output_bytes(graph.value_ref(v)).unwrap()))
+        .collect()
+}
+
 /// Checksums each value's producer wrote, by (node, output); consumers compare against them.
 #[derive(Clone, Default)]
 pub struct Ledger(Arc<Mutex<HashMap<(u32, u32), u64>>>);
