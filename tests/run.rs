@@ -486,46 +486,18 @@ fn in_place_outputs_take_over_dying_inputs_only() {
     let x = b.add_input("x", 64).unwrap();
     // a reads the graph input: never in place. b is a's only reader: in place. c and d both read
     // b: whichever runs first must not take b over. e reads c alone: in place.
-    let a = b
-        .add_node(
-            NodeDesc::new("a", "Inc", add_one(seen.clone()))
-                .input(x)
-                .output(64)
-                .in_place(0, 0),
-        )
-        .unwrap();
-    let bb = b
-        .add_node(
-            NodeDesc::new("b", "Inc", add_one(seen.clone()))
-                .input(ValueRef::new(a, 0))
-                .output(64)
-                .in_place(0, 0),
-        )
-        .unwrap();
-    let c = b
-        .add_node(
-            NodeDesc::new("c", "Inc", add_one(seen.clone()))
-                .input(ValueRef::new(bb, 0))
-                .output(64)
-                .in_place(0, 0),
-        )
-        .unwrap();
-    let d = b
-        .add_node(
-            NodeDesc::new("d", "Inc", add_one(seen.clone()))
-                .input(ValueRef::new(bb, 0))
-                .output(64)
-                .in_place(0, 0),
-        )
-        .unwrap();
-    let e = b
-        .add_node(
-            NodeDesc::new("e", "Inc", add_one(seen.clone()))
-                .input(ValueRef::new(c, 0))
-                .output(64)
-                .in_place(0, 0),
-        )
-        .unwrap();
+    let mut inc = |name: &str, input: ValueRef| {
+        let desc = NodeDesc::new(name, "Inc", add_one(seen.clone()))
+            .input(input)
+            .output(64)
+            .in_place(0, 0);
+        b.add_node(desc).unwrap()
+    };
+    let a = inc("a", x);
+    let bb = inc("b", ValueRef::new(a, 0));
+    let c = inc("c", ValueRef::new(bb, 0));
+    let d = inc("d", ValueRef::new(bb, 0));
+    let e = inc("e", ValueRef::new(c, 0));
     b.mark_output(ValueRef::new(d, 0)).unwrap();
     b.mark_output(ValueRef::new(e, 0)).unwrap();
     let graph = Arc::new(b.finalize().unwrap());
