@@ -322,7 +322,8 @@ impl<'r> RunState<'r> {
         }
         let g = self.graph;
         let intact = |b: Buffer| match std::ptr::NonNull::new(b.ptr.cast::<u8>()) {
-            Some(p) if b.capacity > 0 && !self.in_arena(b) => self.pool.guards_intact(p, b.capacity),
+            // SAFETY: `b` is a live pool block of this run, `capacity` bytes long.
+            Some(p) if b.capacity > 0 && !self.in_arena(b) => unsafe { self.pool.guards_intact(p, b.capacity) },
             _ => true,
         };
         for (k, &b) in buffers.iter().enumerate() {
@@ -1008,7 +1009,8 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -
 /// Gives blocks of the cache back to the pool, under one lock.
 fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
     let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
-    pool.release_many(blocks)
+    // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
+    unsafe { pool.release_many(blocks) }
         .expect("a run releases only blocks it acquired, once");
 }
 
@@ -1019,7 +1021,8 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
         return;
     }
     if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
-        match pool.release(p) {
+        // SAFETY: as in `release_many`.
+        match unsafe { pool.release(p) } {
             // A red zone overwritten: the block is back in the pool, and the run has already
             // named the node that did it (see `check_red_zones`).
             Err(e) if e.kind() == ErrorKind::KernelFailed => {}

@@ -82,7 +82,10 @@ pub extern "C" fn gs_pool_release(pool: *mut gs_pool, ptr: *mut c_void) -> gs_st
         let p = unsafe { handle_ref(pool, "pool") }?;
         let ptr = NonNull::new(ptr.cast::<u8>())
             .ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'ptr' is NULL"))?;
-        Ok(p.pool.release(ptr)?)
+        // SAFETY: the C contract: `ptr` came from `gs_pool_acquire*` and is not used after this
+        // call. A pointer the pool does not know (a run's buffer included, which the pool
+        // records under the run's own address) is refused with a status.
+        Ok(unsafe { p.pool.release(ptr) }?)
     })
 }
 

@@ -73,7 +73,6 @@ impl NodeDesc {
 
 /// The mutable graph. Storage is flat (one array per field, CSR offsets for the variable-length
 /// ones) so that a million nodes cost a handful of allocations and `finalize` walks arrays.
-#[derive(Default)]
 pub struct GraphBuilder {
     pub(super) names: Vec<CString>,
     pub(super) by_name: HashMap<String, u32>,
@@ -97,12 +96,31 @@ pub struct GraphBuilder {
     finalized: bool,
 }
 
+impl Default for GraphBuilder {
+    /// The same as [`GraphBuilder::new`]: the CSR offset arrays start with their sentinel 0.
+    fn default() -> Self {
+        GraphBuilder::new()
+    }
+}
+
 impl GraphBuilder {
     pub fn new() -> Self {
         GraphBuilder {
+            names: Vec::new(),
+            by_name: HashMap::new(),
+            op_types: Vec::new(),
+            op_by_name: HashMap::new(),
+            op_of: Vec::new(),
+            kernels: Vec::new(),
+            estimate_ns: Vec::new(),
+            zero_output: Vec::new(),
+            in_place: Vec::new(),
             input_start: vec![0],
+            inputs: Vec::new(),
             value_start: vec![0],
-            ..Default::default()
+            value_sizes: Vec::new(),
+            graph_outputs: Vec::new(),
+            finalized: false,
         }
     }
 

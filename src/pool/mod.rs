@@ -296,7 +296,10 @@ impl Pool {
 
     /// Whether the red zones around a live block of `nbytes` at `ptr` are intact (always true
     /// when they are off). Runs call it after each kernel to name a node that wrote out of bounds.
-    pub fn guards_intact(&self, ptr: NonNull<u8>, nbytes: usize) -> bool {
+    ///
+    /// # Safety
+    /// `ptr` is a live block of `nbytes` from this pool.
+    pub(crate) unsafe fn guards_intact(&self, ptr: NonNull<u8>, nbytes: usize) -> bool {
         let g = self.guard_bytes();
         if g == 0 {
             return true;
@@ -326,7 +329,8 @@ impl Pool {
             );
         };
         let nbytes = live.nbytes - 2 * g;
-        let intact = self.guards_intact(ptr, nbytes);
+        // SAFETY: the block is live (just looked up) and `nbytes` long.
+        let intact = unsafe { self.guards_intact(ptr, nbytes) };
         // SAFETY: the block is live and being given back: nobody may use it any more.
         unsafe { ptr.as_ptr().write_bytes(POISON, nbytes) };
         if !intact {
@@ -356,7 +360,12 @@ impl Pool {
 
     /// Takes back a block from `acquire`. A pointer the pool did not hand out, or one already
     /// released, is an error and changes nothing.
-    pub fn release(&self, ptr: NonNull<u8>) -> Result<()> {
+    ///
+    /// # Safety
+    /// If `ptr` is a live block of this pool, the caller owns it (it came from this pool's
+    /// `acquire`, not from a run, whose buffers belong to the run or its result) and nobody uses
+    /// it after this call: the pool may hand its bytes to someone else at once.
+    pub unsafe fn release(&self, ptr: NonNull<u8>) -> Result<()> {
         let mut st = self.lock();
         // An overwritten red zone is reported, and the block still goes back (nothing leaks).
         let (block, damage) = match self.unguard(ptr, &st) {
@@ -375,7 +384,10 @@ impl Pool {
     }
 
     /// Takes back many blocks under one lock; stops at the first pointer it does not know.
-    pub fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>) -> Result<()> {
+    ///
+    /// # Safety
+    /// As for [`release`](Self::release), for every pointer.
+    pub unsafe fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>) -> Result<()> {
         let mut st = self.lock();
         let result = ptrs.into_iter().try_for_each(|p| {
             let block = self.unguard(p, &st)?;
@@ -464,17 +476,18 @@ mod tests {
         let pool = Pool::default();
         let a = pool.acquire(100_000, false).unwrap();
         assert_eq!(a.as_ptr() as usize % 64, 0);
-        pool.release(a).unwrap();
+        // SAFETY (here and below): blocks of this test, not used after their release.
+        unsafe { pool.release(a) }.unwrap();
         let b = pool.acquire(90_000, true).unwrap();
         assert_eq!(a, b, "a smaller request reuses the freed block");
         let s = pool.stats();
         assert_eq!((s.acquires, s.cache_hits, s.live_bytes), (2, 1, 90_000));
         assert_eq!(
-            pool.release(NonNull::dangling()).unwrap_err().kind(),
+            unsafe { pool.release(NonNull::dangling()) }.unwrap_err().kind(),
             ErrorKind::UnknownPointer
         );
-        pool.release(b).unwrap();
-        assert_eq!(pool.release(b).unwrap_err().kind(), ErrorKind::UnknownPointer);
+        unsafe { pool.release(b) }.unwrap();
+        assert_eq!(unsafe { pool.release(b) }.unwrap_err().kind(), ErrorKind::UnknownPointer);
         pool.trim();
         assert_eq!(pool.stats().reserved_bytes, 0);
     }
@@ -509,7 +522,8 @@ mod tests {
             .collect();
         assert!(pool.stats().reserved_bytes > cap, "live memory may exceed the cap");
         for b in blocks {
-            pool.release(b).unwrap();
+            // SAFETY: acquired above, not used after.
+            unsafe { pool.release(b) }.unwrap();
             assert!(pool.stats().reserved_bytes <= cap.max(pool.stats().live_bytes + (1 << 16)));
         }
         assert!(pool.stats().reserved_bytes <= cap);

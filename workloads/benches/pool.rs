@@ -112,7 +112,8 @@ fn main() {
             if touch {
                 touch_pages(p.as_ptr(), size);
             }
-            pool.release(std::hint::black_box(p)).unwrap();
+            // SAFETY: acquired above, not used after.
+            unsafe { pool.release(std::hint::black_box(p)) }.unwrap();
         };
         let malloc_pair = |size: usize, touch: bool| {
             // SAFETY: plain malloc/free of a positive size.
