@@ -290,9 +290,9 @@ typedef struct gs_pool_stats {
   uint64_t releases;
 } gs_pool_stats;
 
-// Caller memory for one graph input. (C: `gs_input_binding`).
-// `tensor.nbytes` must equal the input's declared size and `tensor.data` be 16-byte aligned;
-// kernels only read it.
+// Caller memory for one graph input. `tensor.nbytes` must equal the input's declared size and
+// `tensor.data` be 16-byte aligned; kernels only read it. The memory must stay valid, and
+// unwritten, until `gs_run` returns.
 typedef struct gs_input_binding {
   struct gs_value value;
   struct gs_tensor tensor;

@@ -6,7 +6,7 @@ use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
 
 use graphsched::ffi::*;
-use graphsched::{GraphInfo, InputBinding, PoolConfig, PoolStats, RunStats, Tensor, ValueRef};
+use graphsched::{GraphInfo, PoolConfig, PoolStats, RunStats, Tensor, ValueRef};
 
 fn last_error() -> String {
     // SAFETY: the last error is a valid C string owned by this thread.
@@ -168,7 +168,7 @@ fn a_graph_runs_end_to_end_through_the_c_abi() {
 
         let pool = new_pool();
         let input = graphsched::Tensor::new(Box::into_raw(Box::new([1u128; 2])) as *mut c_void, 32);
-        let bind = [InputBinding {
+        let bind = [gs_input_binding {
             value: x,
             tensor: input,
         }];
@@ -436,7 +436,7 @@ fn every_status_is_produced_by_some_misuse() {
 
         expect(&mut seen, gs_run(g, pool, null(), &mut r), GS_ERR_INPUT_BINDING, "'x'");
         let buf = Box::into_raw(Box::new([7u128; 1]));
-        let bind = [InputBinding {
+        let bind = [gs_input_binding {
             value: x,
             tensor: Tensor::new(buf as *mut c_void, 16),
         }];

@@ -34,10 +34,7 @@ fn checksums_hold_and_buffers_come_back_on_random_dags() {
         let bindings: Vec<InputBinding> = inputs
             .iter()
             .zip(&bufs)
-            .map(|(&value, buf)| InputBinding {
-                value,
-                tensor: buf.tensor(),
-            })
+            .map(|(&value, buf)| InputBinding::new(value, buf.bytes()))
             .collect();
         for (v, buf) in inputs.iter().zip(&bufs) {
             ledger.record_input(*v, buf.bytes());
@@ -158,10 +155,7 @@ fn dynamic_outputs_carry_size_and_shape_to_consumers() {
     for i in (0..64).step_by(3) {
         bytes[i] = i as u8 + 1;
     }
-    let binding = [InputBinding {
-        value: x,
-        tensor: input.tensor(),
-    }];
+    let binding = [InputBinding::new(x, input.bytes())];
     let pool = pool();
     let result = run(
         &graph,
@@ -321,43 +315,28 @@ fn input_binding_errors() {
     let pool = pool();
     let buf = AlignedBuf::new(32, 1);
     let small = AlignedBuf::new(16, 1);
-    let mut misaligned = buf.tensor();
-    misaligned.data = (misaligned.data as usize + 1) as *mut _;
-    let null = graphsched::Tensor::new(std::ptr::null_mut(), 32);
+    let wide = AlignedBuf::new(48, 1);
+    // SAFETY: never read: the run refuses a NULL binding before any node runs.
+    let null = unsafe { InputBinding::from_raw(x, graphsched::Tensor::new(std::ptr::null_mut(), 32)) };
     let cases: Vec<(Vec<InputBinding>, &str)> = vec![
         (vec![], "'x' (node 0) is not bound"),
         (
-            vec![InputBinding {
-                value: x,
-                tensor: small.tensor(),
-            }],
+            vec![InputBinding::new(x, small.bytes())],
             "declared as 32 bytes but bound to 16",
         ),
         (
-            vec![
-                InputBinding {
-                    value: x,
-                    tensor: buf.tensor()
-                };
-                2
-            ],
+            vec![InputBinding::new(x, buf.bytes()); 2],
             "bound twice",
         ),
         (
-            vec![InputBinding {
-                value: ValueRef::new(n, 0),
-                tensor: buf.tensor(),
-            }],
+            vec![InputBinding::new(ValueRef::new(n, 0), buf.bytes())],
             "not a graph input",
         ),
         (
-            vec![InputBinding {
-                value: x,
-                tensor: misaligned,
-            }],
+            vec![InputBinding::new(x, &wide.bytes()[1..33])],
             "not 16-byte aligned",
         ),
-        (vec![InputBinding { value: x, tensor: null }], "NULL"),
+        (vec![null], "NULL"),
     ];
     for (bindings, needle) in cases {
         let e = run(
@@ -373,10 +352,7 @@ fn input_binding_errors() {
         assert_eq!(e.kind(), ErrorKind::InputBinding);
         assert!(e.message().contains(needle), "{e}");
     }
-    let ok = [InputBinding {
-        value: x,
-        tensor: buf.tensor(),
-    }];
+    let ok = [InputBinding::new(x, buf.bytes())];
     let result = run(
         &graph,
         &pool,
@@ -503,10 +479,7 @@ fn in_place_outputs_take_over_dying_inputs_only() {
     b.mark_output(ValueRef::new(e, 0)).unwrap();
     let graph = Arc::new(b.finalize().unwrap());
     let input = AlignedBuf::new(64, 10);
-    let bindings = [InputBinding {
-        value: x,
-        tensor: input.tensor(),
-    }];
+    let bindings = [InputBinding::new(x, input.bytes())];
     let pool = pool();
     let result = run(
         &graph,

@@ -23,6 +23,16 @@ pub struct KernelCtx<'a> {
     pub(super) error: Option<String>,
     /// The output that took over an input's buffer, if any.
     pub(super) in_place: Option<usize>,
+    /// Under a memory limit: reserves bytes for a dynamic output, or refuses them with the
+    /// run's `MemoryLimit` error. `None`: no limit.
+    pub(super) reserve: Option<&'a (dyn Fn(u64) -> Result<()> + Sync)>,
+    /// Bytes of dynamic outputs reserved under the limit so far (given back if the node fails).
+    pub(super) reserved: u64,
+    /// A dynamic allocation the memory limit refused: the run fails with it whatever the kernel
+    /// returns.
+    pub(super) refused: Option<crate::error::Error>,
+    /// Blocks this node took from the pool itself (dynamic outputs).
+    pub(super) acquired: u64,
 }
 
 impl KernelCtx<'_> {
@@ -76,7 +86,8 @@ impl KernelCtx<'_> {
     /// Allocates dynamic output `i` with its real size (0 is allowed: an empty output), from the
     /// run's pool. Sets the descriptor's data and nbytes and keeps its dtype and shape.
     pub fn alloc_output(&mut self, i: usize, nbytes: usize) -> Result<&mut Tensor> {
-        let name = self.node_name();
+        let graph = self.graph;
+        let name = graph.node_name(self.node);
         if i >= self.outputs.len() {
             return err(
                 ErrorKind::InvalidArgument,
@@ -103,6 +114,13 @@ impl KernelCtx<'_> {
         let ptr = if nbytes == 0 {
             ALIGNMENT as *mut c_void
         } else {
+            if let Some(reserve) = self.reserve {
+                if let Err(e) = reserve(nbytes as u64) {
+                    self.refused = Some(e.clone());
+                    return Err(e);
+                }
+                self.reserved += nbytes as u64;
+            }
             let until = self.graph.release_tick(value).map_or(crate::pool::NEVER, u64::from);
             let block = self
                 .pool
@@ -112,7 +130,8 @@ impl KernelCtx<'_> {
                         e.kind(),
                         format!("dynamic output {i} of node '{name}': {}", e.message()),
                     )
-                })?;
+                })?; // a reservation made above goes back with the node's others if it fails
+            self.acquired += 1;
             block.as_ptr().cast()
         };
         self.buffers[i] = Buffer { ptr, capacity: nbytes };

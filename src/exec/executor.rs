@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
-use super::state::{RunState, Scratch};
-use crate::error::{err, ErrorKind, Result};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::state::{panic_text, RunState, Scratch};
+use crate::error::{err, Error, ErrorKind, Result};
 use crate::sched::BANDS;
 
 /// How long an idle thread keeps looking for work before it sleeps.
@@ -35,6 +37,14 @@ pub(super) struct Task {
     /// The node's output bytes are reserved already (under a memory limit: it was admitted
     /// while waiting); otherwise it is admitted when it starts.
     reserved: bool,
+}
+
+/// How a task's chain ended.
+enum Chain {
+    /// Every node it took on ran (or failed): the task leaves the run's `active` count.
+    Done,
+    /// The window was full: the task waits in the window's deferred list, still counted.
+    Deferred,
 }
 
 // SAFETY: a task points at a run that outlives it: the run's caller waits until the run's
@@ -239,6 +249,11 @@ impl Shared {
         self.push_tasks(run, nodes, false, local);
     }
 
+    /// Queues a task the window deferred (counted in `active` already), keeping its reservation.
+    fn restart(&self, run: *const RunState<'static>, (node, reserved): (u32, bool), local: Option<&Vec<Worker<Task>>>) {
+        self.push_tasks(run, &[node], reserved, local);
+    }
+
     /// Queues nodes admitted under the memory limit already.
     fn push_reserved(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<&Vec<Worker<Task>>>) {
         self.push_tasks(run, nodes, true, local);
@@ -282,31 +297,110 @@ impl Shared {
         }
         // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
         let state = unsafe { &*run };
+        // Node execution catches panics itself; this is the backstop for the rest of the chain,
+        // so that a bug here fails the run instead of killing the thread and leaving `active`
+        // above 0 for ever. A window place taken and not given back would strand the deferred
+        // tasks, so it is given back here.
+        let in_window = std::cell::Cell::new(false);
+        let chain = catch_unwind(AssertUnwindSafe(|| self.run_chain(task, local, scratch, &in_window)));
+        if let Ok(Chain::Deferred) = chain {
+            // The deferred task keeps its place in `active`: hand over this task's counts only.
+            state.flush(scratch);
+            return;
+        }
+        if let Err(panic) = chain {
+            state.fail(Error::new(
+                ErrorKind::KernelPanicked,
+                format!("internal error in the executor: {}", panic_text(&*panic)),
+            ));
+            scratch.ready.clear();
+            scratch.admitted.clear();
+            if in_window.get() {
+                if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
+                    self.restart(run, deferred, local);
+                }
+            }
+        }
+        state.flush(scratch);
+        // This task is done: leave the run's active count. The task that leaves it last must
+        // first give nodes still waiting for memory their chance (or fail the run), since no
+        // release will come after it. Only an active task adds to the count, so while it reads 1
+        // this task is alone and the check cannot go stale before the decrement below.
+        let mut active = state.active.load(Ordering::Acquire);
+        loop {
+            if active == 1 && state.has_gate() {
+                scratch.ready.clear();
+                state.resolve_stall(&mut scratch.ready);
+                let admitted = std::mem::take(&mut scratch.ready);
+                let any = !admitted.is_empty();
+                if any {
+                    state.active.fetch_add(admitted.len(), Ordering::AcqRel);
+                    self.push_reserved(run, &admitted, local);
+                }
+                scratch.ready = admitted;
+                if any {
+                    // The admitted tasks may run, make others wait and finish before the load
+                    // below: a count back at 1 is then not the same situation as before, and
+                    // the stall check must run again. Only a check that admitted nothing,
+                    // while this task was alone, lets it leave the count at 0.
+                    active = state.active.load(Ordering::Acquire);
+                    continue;
+                }
+            }
+            match state
+                .active
+                .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(1) => {
+                    // The run is over; from here on nothing of it may be touched.
+                    self.sleep.notify();
+                    return;
+                }
+                Ok(_) => return,
+                Err(now) => active = now,
+            }
+        }
+    }
+
+    /// The body of `run_task`: the task's node, then the continuations it keeps. `in_window`
+    /// tells the caller whether a window place is held, should this panic.
+    fn run_chain(
+        &self,
+        task: Task,
+        local: Option<&Vec<Worker<Task>>>,
+        scratch: &mut Scratch,
+        in_window: &std::cell::Cell<bool>,
+    ) -> Chain {
+        let run = task.run;
+        // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
+        let state = unsafe { &*run };
         let mut node = task.node;
         let mut reserved = task.reserved;
         loop {
             if let Some(window) = &state.window {
-                if !window.enter(node) {
+                if !window.enter(node, reserved) {
                     // Deferred: still counted in `active`, so the run is alive; restarted by the
-                    // next node that leaves the window. Hand over this task's counts first.
-                    state.flush(scratch);
-                    return;
+                    // next node that leaves the window.
+                    return Chain::Deferred;
                 }
+                in_window.set(true);
             }
             // Under a memory limit a node is admitted when it starts, as the simulator does: a
             // queued node holds no memory. One that does not fit waits for a release.
             if !reserved && !state.admit(node) {
                 if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
-                    self.push(run, &[deferred], local);
+                    self.restart(run, deferred, local);
                 }
+                in_window.set(false);
                 break;
             }
             scratch.ready.clear();
             scratch.admitted.clear();
             state.execute(node, scratch);
             if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
-                self.push(run, &[deferred], local); // counted in `active` already
+                self.restart(run, deferred, local);
             }
+            in_window.set(false);
             if !scratch.admitted.is_empty() {
                 let admitted = std::mem::take(&mut scratch.admitted);
                 state.active.fetch_add(admitted.len(), Ordering::AcqRel);
@@ -327,40 +421,7 @@ impl Shared {
                 None => break,
             }
         }
-        state.flush(scratch);
-        // This task is done: leave the run's active count. The task that leaves it last must
-        // first give nodes still waiting for memory their chance (or fail the run), since no
-        // release will come after it. Only an active task adds to the count, so while it reads 1
-        // this task is alone and the check cannot go stale before the decrement below.
-        let mut active = state.active.load(Ordering::Acquire);
-        loop {
-            if active == 1 && state.has_gate() {
-                scratch.ready.clear();
-                state.resolve_stall(&mut scratch.ready);
-                let admitted = std::mem::take(&mut scratch.ready);
-                if !admitted.is_empty() {
-                    state.active.fetch_add(admitted.len(), Ordering::AcqRel);
-                    self.push_reserved(run, &admitted, local);
-                }
-                scratch.ready = admitted;
-                active = state.active.load(Ordering::Acquire);
-                if active != 1 {
-                    continue;
-                }
-            }
-            match state
-                .active
-                .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(1) => {
-                    // The run is over; from here on nothing of it may be touched.
-                    self.sleep.notify();
-                    return;
-                }
-                Ok(_) => return,
-                Err(now) => active = now,
-            }
-        }
+        Chain::Done
     }
 }
 

@@ -8,10 +8,12 @@
 
 mod ctx;
 mod executor;
+#[doc(hidden)]
+pub mod fault;
 mod run;
 mod state;
 
 pub use ctx::KernelCtx;
 pub use executor::Executor;
-pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats};
+pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats, INPUT_BINDING_TENSOR_OFFSET};
 pub use state::NodeEvent;

@@ -1,6 +1,8 @@
 //! Running a graph: options, the two drivers (the calling thread alone in topological order,
 //! or an executor), and the result.
 
+use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,23 +14,73 @@ use crate::graph::{Graph, ValueRef};
 use crate::plan::{Mode, Plan};
 use crate::pool::Pool;
 use crate::sched::Policy;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, MAX_DIMS};
 
-/// Caller memory for one graph input. (C: `gs_input_binding`).
-/// `tensor.nbytes` must equal the input's declared size and `tensor.data` be 16-byte aligned;
-/// kernels only read it.
+/// Caller memory for one graph input, borrowed for as long as the binding lives (so for the
+/// whole run). Its size must equal the input's declared size and its address be 16-byte
+/// aligned (the run checks both); kernels only read it.
+///
+/// The layout is that of the C `gs_input_binding` (the borrow marker takes no space), so the C
+/// API passes the caller's array through without copying it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct InputBinding {
-    pub value: ValueRef,
-    pub tensor: Tensor,
+pub struct InputBinding<'a> {
+    value: ValueRef,
+    tensor: Tensor,
+    _data: PhantomData<&'a [u8]>,
+}
+
+/// Where the descriptor sits in an [`InputBinding`]: the C API relies on it.
+pub const INPUT_BINDING_TENSOR_OFFSET: usize = std::mem::offset_of!(InputBinding<'static>, tensor);
+
+impl<'a> InputBinding<'a> {
+    /// Binds graph input `value` to `data`.
+    pub fn new(value: ValueRef, data: &'a [u8]) -> Self {
+        InputBinding {
+            value,
+            tensor: Tensor::new(data.as_ptr() as *mut c_void, data.len()),
+            _data: PhantomData,
+        }
+    }
+
+    /// Sets the dtype and shape kernels see (graphsched never reads them).
+    pub fn with_shape(mut self, dtype: i32, dims: &[i64]) -> Self {
+        let n = dims.len().min(MAX_DIMS);
+        self.tensor.dtype = dtype;
+        self.tensor.ndim = n as i32;
+        self.tensor.dims[..n].copy_from_slice(&dims[..n]);
+        self
+    }
+
+    /// Binds graph input `value` to the memory `tensor` describes.
+    ///
+    /// # Safety
+    /// `tensor.data` is valid for reads of `tensor.nbytes` bytes, and nothing writes them, for
+    /// as long as `'a` (so for every run that uses the binding).
+    pub unsafe fn from_raw(value: ValueRef, tensor: Tensor) -> Self {
+        InputBinding {
+            value,
+            tensor,
+            _data: PhantomData,
+        }
+    }
+
+    /// The graph input this binding is for.
+    pub fn value(&self) -> ValueRef {
+        self.value
+    }
+
+    /// The descriptor kernels see.
+    pub fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
 }
 
 /// How to run a graph.
 #[derive(Clone, Copy, Default)]
 pub struct RunOptions<'a> {
     /// One binding per graph input.
-    pub inputs: &'a [InputBinding],
+    pub inputs: &'a [InputBinding<'a>],
     /// Run on these threads, by priority; `None`: on the calling thread alone, in topological
     /// order (policy and window do not apply).
     pub executor: Option<&'a Executor>,
@@ -115,13 +167,28 @@ unsafe impl Sync for RunResult {}
 impl RunResult {
     /// The descriptor of graph output `value`.
     pub fn output(&self, value: ValueRef) -> Result<&Tensor> {
-        let Some(index) = (value.node < self.graph.node_count() as u32)
-            .then(|| self.graph.value_index(value))
-            .flatten()
-        else {
+        let g = &self.graph;
+        if value.node as usize >= g.node_count() {
             return err(
                 ErrorKind::UnknownValue,
-                format!("value ({}, {}) does not exist in this graph", value.node, value.output),
+                format!(
+                    "value ({}, {}) does not exist: the graph has {} nodes",
+                    value.node,
+                    value.output,
+                    g.node_count()
+                ),
+            );
+        }
+        let Some(index) = g.value_index(value) else {
+            let outputs = g.node_values(value.node).len();
+            return err(
+                ErrorKind::OutputIndex,
+                format!(
+                    "node '{}' has {outputs} output{}; output {} does not exist",
+                    g.node_name(value.node),
+                    if outputs == 1 { "" } else { "s" },
+                    value.output
+                ),
             );
         };
         match self.outputs.iter().find(|(v, _)| *v == index) {
@@ -178,6 +245,15 @@ impl Drop for RunResult {
 /// returns, exactly one error is reported (the first), and the graph can run again.
 pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Result<RunResult> {
     let start = Instant::now();
+    if let Some(plan) = options.plan {
+        plan.check_graph(graph)?;
+        if matches!(plan.mode(), Mode::Sequential(_)) && options.executor.is_some() {
+            return err(
+                ErrorKind::InvalidArgument,
+                "a sequential plan holds only for its own order: run it without an executor, or plan in parallel-safe mode",
+            );
+        }
+    }
     let os_allocs_before = pool.stats().os_allocs;
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
@@ -200,21 +276,13 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             deadline: options.deadline,
         },
     );
-    if let Some(plan) = options.plan {
-        if matches!(plan.mode, Mode::Sequential(_)) && options.executor.is_some() {
-            return err(
-                ErrorKind::InvalidArgument,
-                "a sequential plan holds only for its own order: run it without an executor, or plan in parallel-safe mode",
-            );
-        }
-    }
     state.bind(options.inputs)?;
     state.take_arena_from_pool()?;
     match options.executor {
         Some(executor) => {
             executor.drive(&state, &prio.roots);
         }
-        None => in_order(&state, options.plan.map_or(graph.topological_order(), |p| &p.order)),
+        None => in_order(&state, options.plan.map_or(state.sequential_order(), |p| p.order())),
     }
     state.flush_caches();
     // Dropping `state` on failure returns every buffer it holds.

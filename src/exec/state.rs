@@ -27,7 +27,7 @@ use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::plan::Plan;
 use crate::pool::{Pool, NEVER};
-use crate::sched::Priorities;
+use crate::sched::{Admission, Priorities};
 use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
 
 /// One value during a run.
@@ -111,13 +111,21 @@ const REFILL: usize = 16;
 /// op type not measured yet): reading the clock costs about as much as an empty kernel.
 const SAMPLE_EVERY: u64 = 8;
 
-/// Memory admission: the run's live bytes stay under `limit`. Ready nodes whose outputs do not
-/// fit wait in `waiting`, sorted most critical first; every release looks at them again. The
-/// reservation and the decision to wait happen under the same lock as that second look, so a
-/// node never waits for a release that has already happened.
-struct Gate {
+/// Memory admission: the run's live bytes stay under `limit`, and which nodes may start is
+/// decided by `sched::Admission` (the banker's rule that guarantees completion at any limit
+/// some order meets). Ready nodes it turns away wait in `waiting`, sorted most critical first;
+/// every release looks at them again. The reservation and the decision to wait happen under the
+/// same lock as that second look, so a node never waits for a release that has already
+/// happened: a releaser lowers `live` before it takes the lock, so whoever holds the lock next
+/// sees the lower value.
+struct Gate<'r> {
     limit: u64,
-    waiting: Mutex<Vec<u32>>,
+    inner: Mutex<GateInner<'r>>,
+}
+
+struct GateInner<'r> {
+    waiting: Vec<u32>,
+    admission: Admission<'r>,
 }
 
 /// The window: at most `cap` nodes of the run execute at once. A task that finds the window full
@@ -126,7 +134,8 @@ struct Gate {
 pub(super) struct Window {
     cap: u32,
     running: AtomicU32,
-    deferred: Mutex<Vec<u32>>,
+    /// Deferred nodes, with whether their memory is reserved already (admitted while waiting).
+    deferred: Mutex<Vec<(u32, bool)>>,
 }
 
 /// How a run is set up.
@@ -153,17 +162,33 @@ pub(super) struct RunState<'r> {
     pub graph: &'r Graph,
     pub pool: &'r Pool,
     pub prio: &'r Priorities,
+    /// Per value: its descriptor and buffer, written once by its producer (module docs).
     slots: Box<[UnsafeCell<Slot>]>,
+    /// Per value: readers still to finish, plus one for a graph output. The decrement that
+    /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
+    /// after every read.
     refs: Box<[AtomicU32]>,
+    /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
+    /// node ready: it is ordered after every producer's slot writes.
     pending: Box<[AtomicU32]>,
+    /// Queued and running tasks of the run (module docs): reaches 0 exactly once, when the run
+    /// is over. AcqRel, so the caller that sees 0 sees everything the tasks did.
     pub active: AtomicUsize,
+    /// Set (Release) with the first error, read (Acquire) before starting a node; the error
+    /// itself is behind `error`'s lock.
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
+    /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
+    /// publication: admission reads and raises it only under the gate's lock, and a releaser
+    /// lowers it before it takes that lock to readmit, so the lock orders every decision after
+    /// the releases it could depend on. Nothing else is published through it: Relaxed.
     live: AtomicU64,
+    /// The most `live` reached; with `acquires` and `nodes_run`, counters read once the run is
+    /// over (after `active` reached 0): Relaxed.
     peak_live: AtomicU64,
     acquires: AtomicU64,
     nodes_run: AtomicU64,
-    gate: Option<Gate>,
+    gate: Option<Gate<'r>>,
     pub window: Option<Window>,
     /// Per thread of a parallel run (0: its caller, i + 1: worker i): small blocks kept at hand,
     /// so that small outputs rarely take the pool's lock, which every thread contends for. Slot
@@ -182,6 +207,7 @@ pub(super) struct RunState<'r> {
     /// Measure kernels and feed the graph's learned estimates.
     learn: bool,
     trace: Option<Tracer>,
+    /// Kernel time of a traced run; a counter like `acquires`.
     busy_ns: AtomicU64,
     /// No priorities: one band, no continuations.
     fifo: bool,
@@ -229,7 +255,10 @@ impl<'r> RunState<'r> {
             nodes_run: AtomicU64::new(0),
             gate: (memory_limit > 0).then(|| Gate {
                 limit: memory_limit,
-                waiting: Mutex::new(Vec::new()),
+                inner: Mutex::new(GateInner {
+                    waiting: Vec::new(),
+                    admission: Admission::new(graph, memory_limit, parallel),
+                }),
             }),
             window: window.map(|cap| Window {
                 cap: cap.max(1),
@@ -259,16 +288,12 @@ impl<'r> RunState<'r> {
 
     /// Takes the arena of a planned run from the pool. Before any node runs.
     pub fn take_arena_from_pool(&mut self) -> Result<()> {
+        // The plan belongs to this run's graph: `run` checked it.
         let Some(plan) = self.plan else { return Ok(()) };
-        if plan.offsets.len() != self.graph.value_count() {
-            return err(
-                ErrorKind::InvalidArgument,
-                "the plan was made for another graph (its value count differs)",
-            );
-        }
-        if plan.arena_bytes > 0 {
-            let bytes = plan.arena_bytes as usize;
+        if plan.arena_bytes() > 0 {
+            let bytes = plan.arena_bytes() as usize;
             let block = self.pool.acquire(bytes, false)?;
+            self.acquires.fetch_add(1, Ordering::Relaxed);
             self.arena = Buffer {
                 ptr: block.as_ptr().cast(),
                 capacity: bytes,
@@ -298,7 +323,7 @@ impl<'r> RunState<'r> {
             || self.graph.zero_output(node)
             || self
                 .plan
-                .is_some_and(|p| p.offsets[self.graph.node_values(node).start as usize + k as usize].is_some())
+                .is_some_and(|p| p.offset(self.graph.node_values(node).start + k).is_some())
         {
             return None;
         }
@@ -388,9 +413,10 @@ impl<'r> RunState<'r> {
     /// one at first, twice as many each time the same size misses again in a row, up to
     /// `REFILL` (a fan-out of equal outputs takes the lock once per `REFILL` nodes; sizes seen
     /// once cost no extra blocks).
-    fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<()> {
+    /// Returns how many blocks it took from the pool.
+    fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<u64> {
         if cache.blocks.iter().any(|b| b.capacity == n) {
-            return Ok(());
+            return Ok(0);
         }
         let count = match cache.streak {
             (size, count) if size == n => (count * 2).min(REFILL),
@@ -412,7 +438,7 @@ impl<'r> RunState<'r> {
             ptr: p.as_ptr().cast(),
             capacity: n,
         }));
-        Ok(())
+        Ok(count as u64)
     }
 
     /// Gives every cached block back to the pool. By the caller, once the run is over.
@@ -440,19 +466,22 @@ impl<'r> RunState<'r> {
     }
 
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
-    pub fn bind(&mut self, bindings: &[InputBinding]) -> Result<()> {
+    pub fn bind(&mut self, bindings: &[InputBinding<'_>]) -> Result<()> {
         let g = self.graph;
         let mut bound = vec![usize::MAX; g.value_count()];
         for (i, b) in bindings.iter().enumerate() {
-            let node = b.value.node;
-            if node as usize >= g.node_count() || !g.is_graph_input(node) || b.value.output != 0 {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "input binding {i} names value ({}, {}), which is not a graph input",
-                        node, b.value.output
+            let (value, tensor) = (b.value(), *b.tensor());
+            let node = value.node;
+            if node as usize >= g.node_count() || !g.is_graph_input(node) || value.output != 0 {
+                let what = match node as usize >= g.node_count() {
+                    true => format!("value ({node}, {}), which does not exist", value.output),
+                    false => format!(
+                        "output {} of node '{}', which is not a graph input",
+                        value.output,
+                        g.node_name(node)
                     ),
-                );
+                };
+                return err(ErrorKind::InputBinding, format!("input binding {i} names {what}"));
             }
             let name = g.node_name(node);
             let v = g.node_values(node).start;
@@ -467,32 +496,32 @@ impl<'r> RunState<'r> {
             }
             bound[v as usize] = i;
             let declared = g.value_size(v).bytes().expect("graph inputs have a static size");
-            if b.tensor.nbytes != declared {
+            if tensor.nbytes != declared {
                 return err(
                     ErrorKind::InputBinding,
                     format!(
                         "graph input '{name}' is declared as {declared} bytes but bound to {} bytes",
-                        b.tensor.nbytes
+                        tensor.nbytes
                     ),
                 );
             }
-            if b.tensor.data.is_null() {
+            if tensor.data.is_null() {
                 return err(
                     ErrorKind::InputBinding,
                     format!("graph input '{name}' is bound to a NULL pointer"),
                 );
             }
-            if b.tensor.data as usize % ALIGNMENT != 0 {
+            if tensor.data as usize % ALIGNMENT != 0 {
                 return err(
                     ErrorKind::InputBinding,
                     format!(
                         "graph input '{name}' is bound to {:p}, which is not {ALIGNMENT}-byte aligned",
-                        b.tensor.data
+                        tensor.data
                     ),
                 );
             }
             *self.slots[v as usize].get_mut() = Slot {
-                tensor: b.tensor,
+                tensor,
                 buffer: Buffer::NONE,
             };
         }
@@ -585,50 +614,77 @@ impl<'r> RunState<'r> {
     /// Admits a ready node under the memory limit: true if it may run now. Without a limit,
     /// always. A node that cannot run now waits until a release makes room.
     pub fn admit(&self, node: u32) -> bool {
-        let need = self.prio.output_bytes[node as usize];
         let Some(gate) = &self.gate else {
             return true;
         };
-        let mut waiting = lock(&gate.waiting);
-        if self.try_reserve(gate, need) {
+        let mut inner = lock(&gate.inner);
+        if self.try_reserve(&mut inner, Some(node), self.prio.output_bytes[node as usize]) {
             return true;
         }
         let rank = self.prio.rank[node as usize];
-        let at = waiting.partition_point(|&w| self.prio.rank[w as usize] < rank);
-        waiting.insert(at, node);
+        let at = inner.waiting.partition_point(|&w| self.prio.rank[w as usize] < rank);
+        inner.waiting.insert(at, node);
         false
     }
 
-    fn try_reserve(&self, gate: &Gate, need: u64) -> bool {
-        let mut live = self.live.load(Ordering::Relaxed);
-        loop {
-            if live + need > gate.limit {
-                return false;
-            }
-            match self
-                .live
-                .compare_exchange_weak(live, live + need, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    self.peak_live.fetch_max(live + need, Ordering::Relaxed);
-                    return true;
-                }
-                Err(now) => live = now,
-            }
+    /// Reserves `need` bytes, for `node` to start (asking the admission rule) or for a dynamic
+    /// output (`None`: only the limit applies). Under the gate's lock, so the only concurrent
+    /// changes to `live` are releases, which lower it: a stale read only errs on the safe side.
+    fn try_reserve(&self, inner: &mut GateInner<'_>, node: Option<u32>, need: u64) -> bool {
+        let live = self.live.load(Ordering::Relaxed);
+        let admitted = match node {
+            Some(node) => inner.admission.try_admit(node, need, live),
+            None => live.saturating_add(need) <= inner.admission.limit(),
+        };
+        if admitted {
+            self.add_live(need);
         }
+        admitted
     }
 
     /// After memory was released: admits waiting nodes that now fit, most critical first.
     fn readmit(&self, out: &mut Vec<u32>) {
         let Some(gate) = &self.gate else { return };
-        let mut waiting = lock(&gate.waiting);
+        let mut guard = lock(&gate.inner);
+        let inner = &mut *guard;
+        let mut waiting = std::mem::take(&mut inner.waiting);
         waiting.retain(|&node| {
-            let fits = self.try_reserve(gate, self.prio.output_bytes[node as usize]);
+            let fits = self.try_reserve(inner, Some(node), self.prio.output_bytes[node as usize]);
             if fits {
                 out.push(node);
             }
             !fits
         });
+        inner.waiting = waiting;
+    }
+
+    /// Under a memory limit: reserves `bytes` for a dynamic output `node`'s kernel is
+    /// allocating, or refuses with a `MemoryLimit` error naming the node and the bytes. Dynamic
+    /// sizes are unknown in advance, so they are not part of the completion guarantee (see
+    /// `sched::admission`): they are granted while they fit, and refused past the limit.
+    fn reserve_dynamic(&self, node: u32, bytes: u64) -> Result<()> {
+        let Some(gate) = &self.gate else { return Ok(()) };
+        if self.try_reserve(&mut lock(&gate.inner), None, bytes) {
+            return Ok(());
+        }
+        err(
+            ErrorKind::MemoryLimit,
+            format!(
+                "node {} asked for a {bytes}-byte dynamic output, but {} of the {}-byte memory limit are live",
+                self.graph.node_label(node),
+                self.live.load(Ordering::Relaxed),
+                gate.limit
+            ),
+        )
+    }
+
+    /// The order a run without an executor follows: the one admission's guarantee is about
+    /// under a memory limit, else the topological order.
+    pub fn sequential_order(&self) -> &'r [u32] {
+        match self.gate {
+            Some(_) => &self.graph.lowest_live_order().order,
+            None => self.graph.topological_order(),
+        }
     }
 
     pub fn has_gate(&self) -> bool {
@@ -643,11 +699,11 @@ impl<'r> RunState<'r> {
         if !out.is_empty() || self.failed() {
             return;
         }
-        let waiting = lock(&gate.waiting);
-        if let Some(&node) = waiting.first() {
+        let inner = lock(&gate.inner);
+        if let Some(&node) = inner.waiting.first() {
             let need = self.prio.output_bytes[node as usize];
             let live = self.live.load(Ordering::Relaxed);
-            drop(waiting);
+            drop(inner);
             let label = self.graph.node_label(node);
             let message = if need > gate.limit {
                 format!(
@@ -655,9 +711,15 @@ impl<'r> RunState<'r> {
                     gate.limit
                 )
             } else {
+                let bound = self.graph.lowest_live_order().peak;
+                let why = if gate.limit >= bound {
+                    "outputs of dynamic size took the room".to_string()
+                } else {
+                    format!("the limit is below {bound} bytes, the lowest max-live bound graphsched found for this graph")
+                };
                 format!(
                     "node {label} needs {need} bytes for its outputs, but {live} of the {}-byte memory limit are live and \
-                     nothing else is running to free them",
+                     nothing else is running to free them ({why})",
                     gate.limit
                 )
             };
@@ -676,6 +738,8 @@ impl<'r> RunState<'r> {
         if self.gate.is_none() {
             self.add_live(self.prio.output_bytes[node as usize]);
         }
+        // A panic here is a bug in graphsched (kernel panics are caught around the kernel):
+        // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
         let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, scratch)));
         let result = outcome.unwrap_or_else(|panic| {
             err(
@@ -694,7 +758,21 @@ impl<'r> RunState<'r> {
             self.fail(e);
             return;
         }
-        self.finish_node(node, scratch);
+        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node(node, scratch)));
+        if let Err(panic) = finished {
+            // The run stops here: what it made ready is dropped (the failure ends the run once
+            // the running tasks finish), and whatever its values hold goes back when it drops.
+            scratch.ready.clear();
+            scratch.admitted.clear();
+            self.fail(Error::new(
+                ErrorKind::KernelPanicked,
+                format!(
+                    "internal error after node {} ran: {}",
+                    self.graph.node_label(node),
+                    panic_text(&*panic)
+                ),
+            ));
+        }
     }
 
     fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
@@ -733,8 +811,8 @@ impl<'r> RunState<'r> {
                     outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
                     continue;
                 }
-                if let Some(offset) = self.plan.and_then(|p| p.offsets[v as usize]) {
-                    if self.plan.is_some_and(|p| p.alias_of[v as usize].is_some()) {
+                if let Some(offset) = self.plan.and_then(|p| p.offset(v)) {
+                    if self.plan.is_some_and(|p| p.alias_of(v).is_some()) {
                         in_place_output = Some((v - values.start) as usize);
                     }
                     buffer = Buffer {
@@ -751,7 +829,7 @@ impl<'r> RunState<'r> {
                     continue;
                 }
                 if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
-                    self.refill(cache, n)?;
+                    *acquires += self.refill(cache, n)?;
                     let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
                     buffer = cache.blocks.swap_remove(i);
                     if g.zero_output(node) {
@@ -765,6 +843,7 @@ impl<'r> RunState<'r> {
                 let until = g.release_tick(v).map_or(NEVER, u64::from);
                 match self.pool.acquire_until(n, g.zero_output(node), until) {
                     Ok(p) => {
+                        *acquires += 1;
                         buffer = Buffer {
                             ptr: p.as_ptr().cast(),
                             capacity: n,
@@ -800,6 +879,7 @@ impl<'r> RunState<'r> {
         );
 
         let kernel = g.kernel(node).expect("operator nodes have kernels");
+        let reserve = |bytes: u64| self.reserve_dynamic(node, bytes);
         let mut ctx = KernelCtx {
             graph: g,
             node,
@@ -809,6 +889,10 @@ impl<'r> RunState<'r> {
             buffers,
             error: None,
             in_place: in_place_output,
+            reserve: self.gate.is_some().then_some(&reserve as &(dyn Fn(u64) -> Result<()> + Sync)),
+            reserved: 0,
+            refused: None,
+            acquired: 0,
         };
         *executed += 1;
         let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
@@ -834,7 +918,12 @@ impl<'r> RunState<'r> {
             }
         }
         let detail = ctx.error.take();
+        let (refused, reserved_dynamic) = (ctx.refused.take(), ctx.reserved);
+        *acquires += ctx.acquired;
         let failure = match outcome {
+            // A dynamic output the memory limit refused fails the node, whatever the kernel made
+            // of the refusal.
+            Ok(_) if refused.is_some() => refused,
             Ok(Ok(())) => check_outputs(g, node, outputs, buffers)
                 .and_then(|_| self.check_red_zones(node, buffers, in_place_output))
                 .err(),
@@ -864,6 +953,7 @@ impl<'r> RunState<'r> {
                     self.give_back(b);
                 }
             }
+            self.live.fetch_sub(reserved_dynamic, Ordering::Relaxed);
             return Err(e);
         }
         // Commit: the outputs become values.
@@ -880,13 +970,16 @@ impl<'r> RunState<'r> {
                 }
             };
         }
-        self.add_live(dynamic);
-        *acquires += buffers.iter().filter(|b| b.capacity > 0).count() as u64;
+        if self.gate.is_none() {
+            // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
+            self.add_live(dynamic);
+        }
         Ok(())
     }
 
     /// After a successful kernel: drop what nobody needs any more, then mark successors.
     fn finish_node(&self, node: u32, scratch: &mut Scratch) {
+        super::fault::check(self.graph, node);
         let g = self.graph;
         let mut released = false;
         for v in g.node_values(node) {
@@ -900,7 +993,9 @@ impl<'r> RunState<'r> {
                     // Its buffer lives on as this node's output: only the value goes.
                     // SAFETY: the last reference is gone; only this thread touches the slot.
                     let moved = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
-                    self.live.fetch_sub(moved.buffer.capacity as u64, Ordering::Release);
+                    self.live.fetch_sub(moved.buffer.capacity as u64, Ordering::Relaxed);
+                    // The run's count went down: waiting nodes get their look, as after a release.
+                    released = true;
                     continue;
                 }
                 released |= self.drop_value(v, scratch.slot);
@@ -929,7 +1024,7 @@ impl<'r> RunState<'r> {
             return false;
         }
         if self.in_arena(value.buffer) {
-            self.live.fetch_sub(bytes as u64, Ordering::Release);
+            self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
             return true;
         }
         match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
@@ -943,14 +1038,14 @@ impl<'r> RunState<'r> {
         }
         // Only now may admission count these bytes as free: the pool has them back, so the
         // pool's live bytes never exceed what the run accounts for.
-        self.live.fetch_sub(bytes as u64, Ordering::Release);
+        self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
         true
     }
 }
 
 impl Window {
     /// Takes a place in the window, or defers the node: false if it must wait.
-    pub fn enter(&self, node: u32) -> bool {
+    pub fn enter(&self, node: u32, reserved: bool) -> bool {
         if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
             return true;
         }
@@ -961,12 +1056,13 @@ impl Window {
             return true;
         }
         self.running.fetch_sub(1, Ordering::AcqRel);
-        deferred.push(node);
+        deferred.push((node, reserved));
         false
     }
 
-    /// Gives the place back; returns a deferred node to start, if any.
-    pub fn leave(&self) -> Option<u32> {
+    /// Gives the place back; returns a deferred node to start, if any, and whether its memory
+    /// is reserved.
+    pub fn leave(&self) -> Option<(u32, bool)> {
         self.running.fetch_sub(1, Ordering::AcqRel);
         lock(&self.deferred).pop()
     }
@@ -1035,7 +1131,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+pub(super) fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()

@@ -39,7 +39,7 @@ pub use status::*;
 
 use static_assertions::{assert_eq_align, const_assert_eq};
 
-use crate::exec::{InputBinding, RunStats};
+use crate::exec::RunStats;
 use crate::graph::{GraphInfo, ValueRef};
 use crate::pool::{PoolConfig, PoolStats};
 use crate::tensor::Tensor;
@@ -110,7 +110,7 @@ const_assert_eq!(GS_MAX_NODE_PORTS as usize, crate::graph::MAX_NODE_PORTS);
 // same numbers (c_examples/abi_layout.c).
 const_assert_eq!(std::mem::size_of::<Tensor>(), 152);
 const_assert_eq!(std::mem::size_of::<ValueRef>(), 8);
-const_assert_eq!(std::mem::size_of::<InputBinding>(), 160);
+const_assert_eq!(std::mem::size_of::<gs_input_binding>(), 160);
 const_assert_eq!(std::mem::size_of::<GraphInfo>(), 80);
 const_assert_eq!(std::mem::size_of::<PoolConfig>(), 32);
 const_assert_eq!(std::mem::size_of::<PoolStats>(), 88);
@@ -122,7 +122,7 @@ const_assert_eq!(std::mem::size_of::<gs_sim_options>(), 24);
 const_assert_eq!(std::mem::size_of::<crate::sim::SimResult>(), 56);
 assert_eq_align!(Tensor, u64);
 assert_eq_align!(ValueRef, u32);
-assert_eq_align!(InputBinding, u64);
+assert_eq_align!(gs_input_binding, u64);
 assert_eq_align!(GraphInfo, u64);
 assert_eq_align!(PoolConfig, u64);
 assert_eq_align!(PoolStats, u64);

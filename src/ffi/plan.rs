@@ -45,7 +45,7 @@ pub extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mut *mut 
         };
         let compiled = g.compiled()?;
         let plan = Plan::new(compiled, mode)?;
-        plan.verify(compiled)?;
+        plan.verify()?;
         *out = into_handle(gs_plan { plan });
         Ok(())
     })
@@ -76,11 +76,11 @@ pub unsafe extern "C" fn gs_plan_bytes(
         let p = &unsafe { handle_ref(plan, "plan") }?.plan;
         // SAFETY: NULL or writable by contract.
         if let Some(a) = unsafe { arena_bytes.as_mut() } {
-            *a = p.arena_bytes;
+            *a = p.arena_bytes();
         }
         // SAFETY: as above.
         if let Some(l) = unsafe { lower_bound_bytes.as_mut() } {
-            *l = p.max_live_bytes;
+            *l = p.max_live_bytes();
         }
         Ok(())
     })

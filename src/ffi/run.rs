@@ -8,8 +8,8 @@ use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, Ha
 use super::plan::gs_plan;
 use super::pool::gs_pool;
 use super::status::{guard, FfiError};
-use super::{gs_status, InputBinding, RunStats, Tensor, ValueRef};
-use crate::exec::{self, RunOptions, RunResult};
+use super::{gs_status, RunStats, Tensor, ValueRef};
+use crate::exec::{self, InputBinding, RunOptions, RunResult};
 use crate::sched::Policy;
 
 /// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
@@ -34,13 +34,29 @@ pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
     }
 }
 
+/// Caller memory for one graph input. `tensor.nbytes` must equal the input's declared size and
+/// `tensor.data` be 16-byte aligned; kernels only read it. The memory must stay valid, and
+/// unwritten, until `gs_run` returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gs_input_binding {
+    pub value: ValueRef,
+    pub tensor: Tensor,
+}
+
+// `gs_run` reads the caller's array as `InputBinding`s in place: the same fields, in the same
+// order, under `repr(C)` (the Rust type's borrow marker is zero-sized).
+static_assertions::assert_eq_size!(gs_input_binding, InputBinding<'static>);
+static_assertions::assert_eq_align!(gs_input_binding, InputBinding<'static>);
+const _: () = assert!(std::mem::offset_of!(gs_input_binding, tensor) == exec::INPUT_BINDING_TENSOR_OFFSET);
+
 /// How to run a graph. Zero-initialize, then fill in; all zeros means defaults. NULL options
 /// are fine for a graph without inputs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gs_run_options {
     /// One binding per graph input.
-    pub inputs: *const InputBinding,
+    pub inputs: *const gs_input_binding,
     pub num_inputs: usize,
     /// Run on this executor's threads, by priority. NULL: on the calling thread alone, in
     /// topological order (policy and window do not apply).
@@ -115,7 +131,12 @@ pub unsafe extern "C" fn gs_run(
         // SAFETY: NULL or readable by contract.
         if let Some(o) = unsafe { options.as_ref() } {
             // SAFETY: readable for `num_inputs` bindings by contract.
-            run_options.inputs = unsafe { slice_arg(o.inputs, o.num_inputs, compiled.node_count(), "options.inputs") }?;
+            let bindings = unsafe { slice_arg(o.inputs, o.num_inputs, compiled.node_count(), "options.inputs") }?;
+            // SAFETY: the two types share their layout (asserted above), and the C contract keeps
+            // every bound buffer valid and unwritten until this call returns, which outlives the
+            // borrow.
+            run_options.inputs =
+                unsafe { std::slice::from_raw_parts(bindings.as_ptr().cast::<InputBinding<'_>>(), bindings.len()) };
             if !o.executor.is_null() {
                 // SAFETY: the handle is not freed concurrently (C contract).
                 run_options.executor = Some(&unsafe { handle_ref(o.executor, "options.executor") }?.executor);

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::builder::GraphBuilder;
 use super::{Kernel, OutputSize, ValueRef, DEFAULT_ESTIMATE_NS};
@@ -34,8 +34,13 @@ pub struct GraphInfo {
     pub node_lower_bound_bytes: u64,
 }
 
+/// Numbers graphs in the order they are finalized, for messages that must tell two apart.
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A validated, analysed, immutable graph. Runs share it; it is `Send + Sync`.
 pub struct Graph {
+    /// Unique in the process: graph #1 is the first one finalized.
+    id: u64,
     names: Vec<CString>,
     by_name: HashMap<String, u32>,
     op_types: Vec<CString>,
@@ -71,6 +76,8 @@ pub struct Graph {
     learned_ns: Vec<AtomicU64>,
     /// Scheduling priorities, computed on first use and again when estimates move.
     priorities: Mutex<Option<Arc<crate::sched::Priorities>>>,
+    /// The topological order with the lowest max-live bound found, computed on first use.
+    lowest_live_order: OnceLock<super::memory::LiveOrder>,
 }
 
 pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
@@ -252,6 +259,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     let learned_ns = (0..b.op_types.len()).map(|_| AtomicU64::new(0)).collect();
     // Validation is over: take the builder's storage without copying it.
     Ok(Graph {
+        id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
         names: std::mem::take(&mut b.names),
         by_name: std::mem::take(&mut b.by_name),
         op_types: std::mem::take(&mut b.op_types),
@@ -279,6 +287,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         info,
         learned_ns,
         priorities: Mutex::new(None),
+        lowest_live_order: OnceLock::new(),
     })
 }
 
@@ -361,6 +370,33 @@ impl std::fmt::Debug for Graph {
 }
 
 impl Graph {
+    /// The graph's number, unique in the process (1 for the first graph finalized).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// "graph #3 (12 nodes, first 'conv1')": enough to tell two graphs apart in a message.
+    pub fn describe(&self) -> String {
+        let first = (0..self.node_count() as u32).find(|&n| !self.is_graph_input(n)).or(Some(0));
+        match first.filter(|_| self.node_count() > 0) {
+            Some(n) => format!(
+                "graph #{} ({} nodes, first operator '{}')",
+                self.id,
+                self.node_count(),
+                self.node_name(n)
+            ),
+            None => format!("graph #{} (empty)", self.id),
+        }
+    }
+
+    /// The topological order with the lowest max-live bound found (the graph's own order or a
+    /// memory-aware one, see [`LiveOrder::lowest`](super::memory::LiveOrder::lowest)), with its
+    /// live bytes per step. Computed on first use.
+    pub fn lowest_live_order(&self) -> &super::memory::LiveOrder {
+        self.lowest_live_order
+            .get_or_init(|| super::memory::LiveOrder::lowest(self))
+    }
+
     pub fn info(&self) -> GraphInfo {
         self.info
     }

@@ -9,6 +9,7 @@
 
 mod analysis;
 mod builder;
+pub mod memory;
 
 pub use analysis::{Graph, GraphInfo};
 pub use builder::{GraphBuilder, NodeDesc};

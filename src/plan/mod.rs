@@ -14,8 +14,11 @@
 //! Graph inputs live in caller memory and dynamic values come from the pool as the kernel asks;
 //! neither is planned.
 
+use std::sync::Arc;
+
 use crate::error::{err, ErrorKind, Result};
-use crate::graph::{Graph, OutputSize};
+use crate::graph::memory::{lifetime, readers, static_values, LiveOrder};
+use crate::graph::Graph;
 
 /// Alignment of every planned value's offset (and so of its address: arenas are 64-aligned).
 pub const PLAN_ALIGNMENT: usize = 16;
@@ -42,51 +45,43 @@ pub enum Mode {
     ParallelSafe,
 }
 
-/// A computed plan.
+/// A computed plan of one graph. It holds the graph it was made for, and runs refuse it for any
+/// other: its offsets mean nothing there.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    pub mode: Mode,
+    graph: Arc<Graph>,
+    mode: Mode,
     /// Bytes of the arena that holds every planned value.
-    pub arena_bytes: u64,
+    arena_bytes: u64,
     /// Per value: its offset in the arena, or `None` if not planned (graph inputs, dynamic).
-    pub offsets: Vec<Option<u64>>,
+    offsets: Vec<Option<u64>>,
     /// The order a sequential plan was made for (every node, graph inputs included).
-    pub order: Vec<u32>,
+    order: Vec<u32>,
     /// The max-live lower bound for `order`: no placement following it needs less.
-    pub max_live_bytes: u64,
+    max_live_bytes: u64,
     /// Per value: the input value whose bytes it takes over (a node's in-place pair, when the
     /// node is that input's last reader under the mode), placed at the same offset.
-    pub alias_of: Vec<Option<u32>>,
+    alias_of: Vec<Option<u32>>,
 }
 
 impl Plan {
     /// Plans `graph` in `mode`.
-    pub fn new(graph: &Graph, mode: Mode) -> Result<Plan> {
+    pub fn new(graph: &Arc<Graph>, mode: Mode) -> Result<Plan> {
+        let owner = graph.clone();
+        let graph: &Graph = graph;
         let n = graph.node_count();
-        let values = planned_values(graph);
-        // An order's positions, lifetimes and max-live bound.
-        let measure = |order: &[u32]| {
-            let mut position = vec![0u32; n];
-            for (i, &v) in order.iter().enumerate() {
-                position[v as usize] = i as u32;
-            }
-            let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
-            let bound = max_live(graph, &values, &lifetimes, order.len());
-            (position, lifetimes, bound)
+        let values = static_values(graph);
+        // The memory-aware order keeps the graph's own order when that one is better.
+        let LiveOrder {
+            order,
+            position,
+            peak: max_live_bytes,
+            ..
+        } = match mode {
+            Mode::Sequential(Order::MemoryAware) => graph.lowest_live_order().clone(),
+            _ => LiveOrder::of(graph, graph.topological_order().to_vec()),
         };
-        let topological = graph.topological_order().to_vec();
-        let (mut order, (mut position, mut lifetimes, mut max_live_bytes)) = {
-            let m = measure(&topological);
-            (topological, m)
-        };
-        if mode == Mode::Sequential(Order::MemoryAware) {
-            // The greedy order is a heuristic: keep the graph's own order when it is better.
-            let greedy = memory_aware_order(graph);
-            let m = measure(&greedy);
-            if m.2 < max_live_bytes {
-                (order, (position, lifetimes, max_live_bytes)) = (greedy, m);
-            }
-        }
+        let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
         if mode == Mode::ParallelSafe && n > MAX_PARALLEL_SAFE_NODES {
             return err(
                 ErrorKind::InvalidArgument,
@@ -155,6 +150,7 @@ impl Plan {
             }
         }
         Ok(Plan {
+            graph: owner,
             mode,
             arena_bytes,
             offsets,
@@ -164,10 +160,66 @@ impl Plan {
         })
     }
 
+    /// The graph this plan was made for.
+    pub fn graph(&self) -> &Arc<Graph> {
+        &self.graph
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Bytes of the arena that holds every planned value.
+    pub fn arena_bytes(&self) -> u64 {
+        self.arena_bytes
+    }
+
+    /// The max-live lower bound of the plan's order: no placement following it needs less.
+    pub fn max_live_bytes(&self) -> u64 {
+        self.max_live_bytes
+    }
+
+    /// The order a sequential plan was made for (every node, graph inputs included).
+    pub fn order(&self) -> &[u32] {
+        &self.order
+    }
+
+    /// Where value `v` lives in the arena; `None` if it is not planned (graph inputs, dynamic
+    /// sizes) or out of range.
+    pub fn offset(&self, v: u32) -> Option<u64> {
+        self.offsets.get(v as usize).copied().flatten()
+    }
+
+    /// The input value whose bytes value `v` takes over in place, if any.
+    pub fn alias_of(&self, v: u32) -> Option<u32> {
+        self.alias_of.get(v as usize).copied().flatten()
+    }
+
+    /// How many values take over an input's bytes in place.
+    pub fn aliases(&self) -> usize {
+        self.alias_of.iter().filter(|a| a.is_some()).count()
+    }
+
+    /// Ok if this plan was made for `graph`; otherwise an `InvalidArgument` error naming both.
+    pub fn check_graph(&self, graph: &Arc<Graph>) -> Result<()> {
+        if Arc::ptr_eq(&self.graph, graph) {
+            return Ok(());
+        }
+        err(
+            ErrorKind::InvalidArgument,
+            format!(
+                "the plan was made for {} and cannot place the values of {}: make one plan per graph",
+                self.graph.describe(),
+                graph.describe()
+            ),
+        )
+    }
+
     /// Checks the plan: no two values that may be live at once (under the plan's mode) share a
     /// byte, and every planned offset is aligned. Returns the first violation as an error naming
     /// the values.
-    pub fn verify(&self, graph: &Graph) -> Result<()> {
+    pub fn verify(&self) -> Result<()> {
+        let graph: &Graph = &self.graph;
         let mut position = vec![0u32; graph.node_count()];
         for (i, &v) in self.order.iter().enumerate() {
             position[v as usize] = i as u32;
@@ -232,65 +284,11 @@ fn describe(graph: &Graph, v: u32) -> String {
 }
 
 fn size(graph: &Graph, v: u32) -> u64 {
-    graph.value_size(v).bytes().unwrap_or(0) as u64
+    crate::graph::memory::value_bytes(graph, v)
 }
 
 fn aligned(bytes: u64) -> u64 {
     bytes.next_multiple_of(PLAN_ALIGNMENT as u64)
-}
-
-/// Values the plan places: statically sized outputs of operator nodes.
-fn planned_values(graph: &Graph) -> Vec<u32> {
-    (0..graph.value_count() as u32)
-        .filter(|&v| {
-            !graph.is_graph_input(graph.value_producer(v)) && matches!(graph.value_size(v), OutputSize::Bytes(_))
-        })
-        .collect()
-}
-
-/// First and last position (in the order) at which a value is live: from its producer to its
-/// last consumer, to the end for graph outputs.
-fn lifetime(graph: &Graph, position: &[u32], v: u32) -> (u32, u32) {
-    let start = position[graph.value_producer(v) as usize];
-    let end = if graph.is_graph_output(v) {
-        u32::MAX
-    } else {
-        readers(graph, v)
-            .iter()
-            .map(|&c| position[c as usize])
-            .max()
-            .unwrap_or(start)
-    };
-    (start, end.max(start))
-}
-
-/// The nodes that read a value.
-fn readers(graph: &Graph, v: u32) -> Vec<u32> {
-    let mut out: Vec<u32> = graph
-        .successors(graph.value_producer(v))
-        .iter()
-        .copied()
-        .filter(|&s| graph.node_inputs(s).contains(&v))
-        .collect();
-    out.dedup();
-    out
-}
-
-/// The largest sum of live planned bytes at any position of the order.
-fn max_live(graph: &Graph, values: &[u32], lifetimes: &[(u32, u32)], len: usize) -> u64 {
-    let mut delta = vec![0i64; len + 1];
-    for (i, &v) in values.iter().enumerate() {
-        let (s, e) = lifetimes[i];
-        delta[s as usize] += size(graph, v) as i64;
-        let end = (e as usize).saturating_add(1).min(len);
-        delta[end] -= size(graph, v) as i64;
-    }
-    let (mut live, mut peak) = (0i64, 0i64);
-    for d in delta {
-        live += d;
-        peak = peak.max(live);
-    }
-    peak as u64
 }
 
 /// Greedy by size, best fit: largest groups first, each at the lowest-waste gap among the
@@ -330,57 +328,6 @@ fn place(graph: &Graph, values: &[u32], groups: &[Vec<usize>], conflicts: &dyn F
         placed.push(i);
     }
     offset
-}
-
-/// A topological order that keeps live bytes low: repeatedly run the ready node whose execution
-/// frees the most bytes (values whose last consumer it is) net of the bytes it allocates; ties
-/// go to the earliest in the graph's own order. Quadratic in the worst case; fine for the
-/// thousands of nodes of inference graphs.
-fn memory_aware_order(graph: &Graph) -> Vec<u32> {
-    let n = graph.node_count();
-    let mut pending: Vec<u32> = (0..n as u32).map(|v| graph.node_inputs(v).len() as u32).collect();
-    let mut readers_left: Vec<u32> = (0..graph.value_count() as u32).map(|v| graph.consumers(v)).collect();
-    let mut ready: Vec<u32> = (0..n as u32).filter(|&v| pending[v as usize] == 0).collect();
-    let mut order = Vec::with_capacity(n);
-    let mut topo_pos = vec![0u32; n];
-    for (i, &v) in graph.topological_order().iter().enumerate() {
-        topo_pos[v as usize] = i as u32;
-    }
-    while !ready.is_empty() {
-        let score = |v: u32| -> (i64, u32) {
-            let allocates: i64 = graph.node_values(v).map(|val| size(graph, val) as i64).sum();
-            let mut frees = 0i64;
-            let mut seen: Vec<u32> = Vec::new();
-            for &val in graph.node_inputs(v) {
-                if seen.contains(&val) {
-                    continue;
-                }
-                seen.push(val);
-                let uses = graph.node_inputs(v).iter().filter(|&&x| x == val).count() as u32;
-                if readers_left[val as usize] == uses && !graph.is_graph_output(val) {
-                    frees += size(graph, val) as i64;
-                }
-            }
-            (allocates - frees, topo_pos[v as usize])
-        };
-        let (at, _) = ready
-            .iter()
-            .enumerate()
-            .min_by_key(|&(_, &v)| score(v))
-            .expect("non-empty");
-        let v = ready.swap_remove(at);
-        order.push(v);
-        for &val in graph.node_inputs(v) {
-            readers_left[val as usize] -= 1;
-        }
-        for &s in graph.successors(v) {
-            pending[s as usize] -= 1;
-            if pending[s as usize] == 0 {
-                ready.push(s);
-            }
-        }
-    }
-    order
 }
 
 /// Reachability: for each node, the set of its strict ancestors.
@@ -431,5 +378,50 @@ impl Ancestors {
     /// Whether two values can never be live at once, whatever the order.
     fn disjoint(&self, graph: &Graph, x: u32, y: u32) -> bool {
         self.ends_before(graph, x, y) || self.ends_before(graph, y, x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{GraphBuilder, NodeDesc, ValueRef};
+
+    /// src -> (x, y) -> join: x and y are live together at join.
+    fn diamond() -> Arc<Graph> {
+        let mut b = GraphBuilder::new();
+        let node = |name: &str| NodeDesc::new(name, "Op", Box::new(|_| Ok(())));
+        let src = b.add_node(node("src").output(256)).unwrap();
+        let x = b.add_node(node("x").input(ValueRef::new(src, 0)).output(128)).unwrap();
+        let y = b.add_node(node("y").input(ValueRef::new(src, 0)).output(128)).unwrap();
+        let join = b
+            .add_node(node("join").input(ValueRef::new(x, 0)).input(ValueRef::new(y, 0)).output(64))
+            .unwrap();
+        b.mark_output(ValueRef::new(join, 0)).unwrap();
+        Arc::new(b.finalize().unwrap())
+    }
+
+    #[test]
+    fn the_verifier_catches_a_broken_plan() {
+        let mut plan = Plan::new(&diamond(), Mode::ParallelSafe).unwrap();
+        plan.verify().unwrap();
+        // Put every value at offset 0: values live at once now overlap.
+        for o in plan.offsets.iter_mut().flatten() {
+            *o = 0;
+        }
+        let e = plan.verify().unwrap_err();
+        assert!(e.message().contains("share bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_plan_names_both_graphs_when_given_another() {
+        let (a, b) = (diamond(), diamond());
+        let plan = Plan::new(&a, Mode::Sequential(Order::Topological)).unwrap();
+        plan.check_graph(&a).unwrap();
+        let e = plan.check_graph(&b).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(
+            e.message().contains(&format!("graph #{}", a.id())) && e.message().contains(&format!("graph #{}", b.id())),
+            "{e}"
+        );
     }
 }

@@ -9,6 +9,9 @@
 
 use crate::graph::Graph;
 
+mod admission;
+pub use admission::Admission;
+
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
 

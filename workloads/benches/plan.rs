@@ -49,12 +49,12 @@ fn main() {
             "{:>38} | {:>12} | {:>8.4}x {:>13.4}x {:>13.4}x | {:>12.4}x | {:>15.4}x {:>15.4}x",
             file.name,
             lb as u64,
-            topo.arena_bytes as f64 / lb,
-            memory.arena_bytes as f64 / lb,
-            memory.max_live_bytes as f64 / lb,
-            parallel.arena_bytes as f64 / lb,
-            topo_in_place.arena_bytes as f64 / lb,
-            parallel_in_place.arena_bytes as f64 / lb
+            topo.arena_bytes() as f64 / lb,
+            memory.arena_bytes() as f64 / lb,
+            memory.max_live_bytes() as f64 / lb,
+            parallel.arena_bytes() as f64 / lb,
+            topo_in_place.arena_bytes() as f64 / lb,
+            parallel_in_place.arena_bytes() as f64 / lb
         );
     }
     println!();

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use graphsched::{Graph, GraphBuilder, InputBinding, Kernel, NodeDesc, Tensor, ValueRef};
+use graphsched::{Graph, GraphBuilder, InputBinding, Kernel, NodeDesc, ValueRef};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -232,14 +232,8 @@ impl InputBuffers {
         InputBuffers { buffers }
     }
 
-    pub fn bindings(&self) -> Vec<InputBinding> {
-        self.buffers
-            .iter()
-            .map(|(v, words, bytes)| InputBinding {
-                value: *v,
-                tensor: Tensor::new(words.as_ptr() as *mut _, *bytes),
-            })
-            .collect()
+    pub fn bindings(&self) -> Vec<InputBinding<'_>> {
+        self.bytes().map(|(v, data)| InputBinding::new(v, data)).collect()
     }
 
     pub fn bytes(&self) -> impl Iterator<Item = (ValueRef, &[u8])> {

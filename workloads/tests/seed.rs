@@ -42,3 +42,35 @@ fn the_seed_pipeline_has_the_published_shape() {
     .unwrap();
     assert!(sim.makespan_ns >= sim.makespan_lb_ns && sim.makespan_lb_ns >= HEAVY_NS);
 }
+
+/// The seed pipeline at scale 0.05 on 4 threads under a limit equal to its file-order max-live
+/// bound used to fail its first run ("node 'main0_31' needs 776512 bytes ..."): admission let
+/// nodes run ahead until nothing fit. Admission now keeps a safe completion order (the banker's
+/// rule), so every run at that limit completes, on any number of threads.
+#[test]
+fn the_seed_pipeline_completes_at_its_file_order_bound() {
+    use graphsched::{run, Executor, Pool, RunOptions};
+    use std::sync::Arc;
+
+    let file = seed_pipeline(1, 0.05);
+    let limit = file.max_live_bytes();
+    let loaded = file.build(&mut |_| Box::new(|_| Ok(()))).unwrap();
+    let graph = loaded.graph.clone();
+    assert!(graph.lowest_live_order().peak <= limit);
+    let inputs = graphsched_workloads::graph_file::InputBuffers::new(&loaded.inputs, 1);
+    let bindings = inputs.bindings();
+    for threads in [1, 2, 4, 8] {
+        let executor = Executor::new(threads).unwrap();
+        let pool = Arc::new(Pool::default());
+        for attempt in 0..20 {
+            let options = RunOptions {
+                inputs: &bindings,
+                executor: (threads > 1).then_some(&executor),
+                memory_limit_bytes: limit,
+                ..Default::default()
+            };
+            let r = run(&graph, &pool, &options).unwrap_or_else(|e| panic!("{threads} threads, run {attempt}: {e}"));
+            assert!(r.stats().peak_live_bytes <= limit);
+        }
+    }
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use graphsched::plan::{Mode, Order, Plan};
 use graphsched::sim::{simulate, SimOptions};
-use graphsched::{run, ErrorKind, Executor, Graph, InputBinding, Policy, Pool, RunOptions, RunResult};
+use graphsched::{run, ErrorKind, Executor, Graph, Policy, Pool, RunOptions, RunResult};
 use graphsched_workloads::graph_file::InputBuffers;
 use graphsched_workloads::naive::run_naive;
 use graphsched_workloads::{checksum, seed_pipeline, GraphFile, Ledger};
@@ -25,8 +25,6 @@ use serde_json::{json, Value};
 /// Seed pipeline scale of `demo` (and of `run seed`): the five strategies take about 18 s in all
 /// on the project's 2-core machine.
 const DEMO_SCALE: f64 = 0.3;
-/// Runs `demo` tries `critical_limited` before giving up, when a run stalls under its memory limit.
-const LIMITED_ATTEMPTS: u32 = 10;
 /// Seed pipeline scale of `simulate seed` and `info seed`, which touch no memory: the full size.
 const FULL_SCALE: f64 = 1.0;
 
@@ -352,12 +350,10 @@ impl Workload {
         for (v, bytes) in inputs.bytes() {
             ledger.record(v, checksum(bytes));
         }
-        let bindings = inputs.bindings();
         Ok(Built {
             ledger,
             graph: loaded.graph,
             inputs,
-            bindings,
         })
     }
 }
@@ -376,9 +372,8 @@ fn physical_memory() -> u64 {
 struct Built {
     ledger: Arc<Ledger>,
     graph: Arc<Graph>,
-    /// Owns the memory `bindings` point into.
+    /// The graph inputs' memory.
     inputs: InputBuffers,
-    bindings: Vec<InputBinding>,
 }
 
 /// What no run can beat.
@@ -430,9 +425,6 @@ struct Row {
     reuse_rate: f64,
     /// Minor page faults of the whole process during the run.
     minor_faults: u64,
-    /// `demo` only: runs it took (see [`LIMITED_ATTEMPTS`]); this row measures the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempts: Option<u32>,
 }
 
 fn minor_faults() -> u64 {
@@ -459,11 +451,12 @@ fn measured_run(
     pool.reset_peaks();
     let before = pool.stats();
     let faults = minor_faults();
+    let bindings = built.inputs.bindings();
     let result = run(
         &built.graph,
         pool,
         &RunOptions {
-            inputs: &built.bindings,
+            inputs: &bindings,
             executor,
             policy,
             memory_limit_bytes,
@@ -490,7 +483,6 @@ fn measured_run(
             hits as f64 / acquires as f64
         },
         minor_faults: faults,
-        attempts: None,
     };
     Ok((row, result))
 }
@@ -556,8 +548,6 @@ fn demo(args: DemoArgs) -> Result<String, String> {
     let executor = Executor::new(threads).map_err(|e| format!("cannot start the executor: {e}"))?;
     let strategies = ["naive", "pool", "fifo", "critical", "critical_limited", "planned"];
     let mut rows: Vec<Row> = Vec::new();
-    // The first memory-limit stall of critical_limited, if it had to try again.
-    let mut stall: Option<String> = None;
     for (i, &strategy) in strategies.iter().enumerate() {
         progress.show(&format!("demo: running {strategy} ({}/{})...", i + 1, strategies.len()));
         let row = match strategy {
@@ -573,7 +563,6 @@ fn demo(args: DemoArgs) -> Result<String, String> {
                     os_allocs: stats.os_allocs,
                     reuse_rate: 0.0,
                     minor_faults: minor_faults().saturating_sub(faults),
-                    attempts: Some(1),
                 }
             }
             _ => {
@@ -589,28 +578,10 @@ fn demo(args: DemoArgs) -> Result<String, String> {
                     .then(|| Plan::new(&built.graph, Mode::ParallelSafe))
                     .transpose()
                     .map_err(|e| format!("cannot plan the graph: {e}"))?;
-                let mut attempts = 0;
-                let (mut row, result) = loop {
-                    attempts += 1;
-                    // A fresh pool per strategy (and attempt): each row shows a cold first run.
-                    let pool = Arc::new(Pool::default());
-                    match measured_run(strategy, &built, &pool, executor, policy, limit, traced, plan.as_ref()) {
-                        Ok(done) => break done,
-                        // The executor's admission is greedy: at a limit this tight it can let
-                        // nodes run ahead until nothing fits and nothing runs. Try again, and say
-                        // so in the table.
-                        Err(e) if e.kind() == ErrorKind::MemoryLimit && limit > 0 && attempts < LIMITED_ATTEMPTS => {
-                            stall.get_or_insert_with(|| e.message().to_string());
-                        }
-                        Err(e) => {
-                            return Err(match attempts {
-                                1 => format!("the {strategy} run failed: {e}"),
-                                n => format!("the {strategy} run failed {n} times in a row; the last time: {e}"),
-                            })
-                        }
-                    }
-                };
-                row.attempts = Some(attempts);
+                // A fresh pool per strategy: each row shows a cold first run.
+                let pool = Arc::new(Pool::default());
+                let (row, result) = measured_run(strategy, &built, &pool, executor, policy, limit, traced, plan.as_ref())
+                    .map_err(|e| format!("the {strategy} run failed: {e}"))?;
                 if let (true, Some(path)) = (traced, &args.trace) {
                     write_trace(path, &result)?;
                 }
@@ -664,24 +635,6 @@ fn demo(args: DemoArgs) -> Result<String, String> {
         ),
         100,
     );
-    if let (Some(stall), Some(limited)) = (&stall, rows.iter().find(|r| r.attempts > Some(1))) {
-        let failed = limited.attempts.unwrap_or(1) - 1;
-        out += &wrap(
-            &format!(
-                "Note: {} of {} stalled under the limit and failed ({stall}); the row is attempt {}. \
-                 The executor admits any ready node that fits, so it can fill the limit with nodes \
-                 that ran ahead.",
-                if failed == 1 {
-                    "the first run".to_string()
-                } else {
-                    format!("the first {failed} runs")
-                },
-                limited.strategy,
-                failed + 1
-            ),
-            100,
-        );
-    }
     Ok(out)
 }
 
@@ -1164,7 +1117,7 @@ fn plan_command(args: PlanArgs) -> Result<String, String> {
         (PlanModeArg::Sequential, PlanOrderArg::Memory) => Mode::Sequential(Order::MemoryAware),
     };
     let plan = Plan::new(graph, mode).map_err(|e| format!("{}: {e}", workload.label))?;
-    plan.verify(graph)
+    plan.verify()
         .map_err(|e| format!("{}: the plan does not verify: {e}", workload.label))?;
     let max_live = workload.file.max_live_bytes();
     let node_lb = graph.info().node_lower_bound_bytes;
@@ -1182,21 +1135,21 @@ fn plan_command(args: PlanArgs) -> Result<String, String> {
     )
     .map_err(|e| format!("{}: the pool run failed: {e}", workload.label))?;
     let pool_peak = pool.stats().peak_reserved_bytes;
-    let ratio = plan.arena_bytes as f64 / max_live.max(1) as f64;
+    let ratio = plan.arena_bytes() as f64 / max_live.max(1) as f64;
     let mode_name = match mode {
         Mode::ParallelSafe => "parallel-safe",
         Mode::Sequential(Order::Topological) => "sequential, file order",
         Mode::Sequential(Order::MemoryAware) => "sequential, memory-aware order",
     };
-    let aliases = plan.alias_of.iter().filter(|a| a.is_some()).count();
+    let aliases = plan.aliases();
     if args.json {
         return to_json(&json!({
             "workload": workload.json(),
             "mode": mode_name,
             "in_place_outputs": aliases,
-            "arena_bytes": plan.arena_bytes,
+            "arena_bytes": plan.arena_bytes(),
             "max_live_lb_bytes": max_live,
-            "order_max_live_bytes": plan.max_live_bytes,
+            "order_max_live_bytes": plan.max_live_bytes(),
             "node_lb_bytes": node_lb,
             "ratio": ratio,
             "pool_peak_reserved_bytes": pool_peak,
@@ -1209,11 +1162,11 @@ fn plan_command(args: PlanArgs) -> Result<String, String> {
     );
     out += &format!(
         "  arena                      {:>12} bytes  {:>7.3}x the max-live bound\n",
-        plan.arena_bytes, ratio
+        plan.arena_bytes(), ratio
     );
     out += &format!("  max-live bound, file order {:>12} bytes\n", max_live);
-    if plan.max_live_bytes != max_live {
-        out += &format!("  max-live bound, plan order {:>12} bytes\n", plan.max_live_bytes);
+    if plan.max_live_bytes() != max_live {
+        out += &format!("  max-live bound, plan order {:>12} bytes\n", plan.max_live_bytes());
     }
     out += &format!("  single-node bound          {:>12} bytes\n", node_lb);
     out += &format!(

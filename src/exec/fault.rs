@@ -1,0 +1,32 @@
+//! Fault injection, for tests of what a run does when its own code fails (not a kernel): the
+//! run's bookkeeping after a named node panics, as an internal bug would. Off unless a test
+//! arms it; then it costs one relaxed load per node.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::graph::Graph;
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static NODE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Makes every run panic inside its own bookkeeping right after a node of this name finishes
+/// its kernel, in any graph of the process; `None` disarms. For tests only: pick a name no
+/// other graph uses.
+#[doc(hidden)]
+pub fn panic_after_node(name: Option<&str>) {
+    let mut node = NODE.lock().unwrap_or_else(|e| e.into_inner());
+    *node = name.map(str::to_owned);
+    ARMED.store(name.is_some(), Ordering::Release);
+}
+
+/// Panics if a test armed a fault for this node.
+pub(super) fn check(graph: &Graph, node: u32) {
+    if !ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let armed = NODE.lock().unwrap_or_else(|e| e.into_inner());
+    if armed.as_deref() == Some(graph.node_name(node)) {
+        panic!("injected fault after node '{}'", graph.node_name(node));
+    }
+}
