@@ -65,6 +65,7 @@ unsafe extern "C" fn dynamic_kernel(ctx: *mut gs_kernel_ctx, _user: *mut c_void)
     let mut t: *mut Tensor = null_mut();
     // SAFETY: `t` is writable.
     let first = unsafe { gs_ctx_alloc_output(ctx, 0, 48, &mut t) };
+    // SAFETY: a NULL `out` is allowed.
     let again = unsafe { gs_ctx_alloc_output(ctx, 0, 48, null_mut()) };
     if first != gs_status::GS_OK || again != gs_status::GS_ERR_INVALID_ARGUMENT || t.is_null() {
         return 1;
@@ -114,7 +115,7 @@ fn live_bytes(p: *mut gs_pool) -> u64 {
 fn a_graph_runs_end_to_end_through_the_c_abi() {
     let g = new_graph();
     let mut x = ValueRef::new(0, 0);
-    // SAFETY (whole test): arguments are valid pointers to live locals.
+    // SAFETY: (whole test) arguments are valid pointers to live locals.
     unsafe {
         assert_eq!(gs_graph_add_input(g, c"x".as_ptr(), 32, &mut x), gs_status::GS_OK);
         let mut a = 0;
@@ -208,7 +209,7 @@ fn every_status_is_produced_by_some_misuse() {
     let mut seen = BTreeSet::new();
     let mut garbage = [0u64; 8];
     let fake_graph = garbage.as_mut_ptr() as *mut gs_graph;
-    // SAFETY (whole test): every pointer passed is NULL, a live local, or a registered handle
+    // SAFETY: (whole test) every pointer passed is NULL, a live local, or a registered handle
     // (or garbage the registry rejects before any dereference).
     unsafe {
         let mut g = null_mut();
@@ -762,8 +763,8 @@ fn kernel_context_rejects_bad_pointers() {
     let garbage = [0u64; 4];
     assert!(gs_ctx_output(garbage.as_ptr() as *mut gs_kernel_ctx, 0).is_null());
     assert!(last_error().contains("not the context of a running kernel"));
-    // SAFETY: NULL output pointer is allowed; the context is rejected first.
     assert_eq!(
+        // SAFETY: NULL output pointer is allowed; the context is rejected first.
         unsafe { gs_ctx_alloc_output(null_mut(), 0, 8, null_mut()) },
         gs_status::GS_ERR_NULL_ARGUMENT
     );

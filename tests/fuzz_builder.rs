@@ -68,7 +68,7 @@ proptest! {
         let mut reads: Vec<Vec<u32>> = Vec::new();
         let mut finalized = false;
         for op in ops {
-            // SAFETY (block): arguments are NULL, live locals, or the live graph handle.
+            // SAFETY: (block) arguments are NULL, live locals, or the live graph handle.
             let status = unsafe {
                 match &op {
                     Op::Input { name, size } => {

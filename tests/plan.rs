@@ -58,8 +58,7 @@ fn plans_on_random_dags_verify_and_keep_checksums() {
             Mode::ParallelSafe,
         ] {
             let plan = Plan::new(&graph, mode).unwrap();
-            plan.verify()
-                .unwrap_or_else(|e| panic!("seed {seed} {mode:?}: {e}"));
+            plan.verify().unwrap_or_else(|e| panic!("seed {seed} {mode:?}: {e}"));
             aliased += plan.aliases();
             let executor = match mode {
                 Mode::ParallelSafe => Some(&executors[seed as usize % 4]),
@@ -87,4 +86,3 @@ fn plans_on_random_dags_verify_and_keep_checksums() {
     }
     assert!(aliased > 100, "in-place pairs were exercised ({aliased})");
 }
-

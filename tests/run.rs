@@ -324,18 +324,12 @@ fn input_binding_errors() {
             vec![InputBinding::new(x, small.bytes())],
             "declared as 32 bytes but bound to 16",
         ),
-        (
-            vec![InputBinding::new(x, buf.bytes()); 2],
-            "bound twice",
-        ),
+        (vec![InputBinding::new(x, buf.bytes()); 2], "bound twice"),
         (
             vec![InputBinding::new(ValueRef::new(n, 0), buf.bytes())],
             "not a graph input",
         ),
-        (
-            vec![InputBinding::new(x, &wide.bytes()[1..33])],
-            "not 16-byte aligned",
-        ),
+        (vec![InputBinding::new(x, &wide.bytes()[1..33])], "not 16-byte aligned"),
         (vec![null], "NULL"),
     ];
     for (bindings, needle) in cases {
@@ -537,7 +531,7 @@ fn red_zones_catch_an_overrunning_kernel() {
             "Copy",
             Box::new(|ctx| {
                 let out = ctx.output(0).unwrap();
-                // SAFETY (deliberately not): one byte past the 100-byte output, inside the pool's
+                // SAFETY: deliberately out of bounds: one byte past the 100-byte output, inside the pool's
                 // red zone, which is mapped memory of the pool.
                 unsafe { (out.data as *mut u8).add(out.nbytes).write(0x42) };
                 Ok(())

@@ -43,14 +43,24 @@ fn a_plan_runs_only_the_graph_it_was_made_for() {
             plan: Some(&plan),
             ..Default::default()
         };
-        let e = run(&other, &pool, &options).err().expect("a foreign plan must be refused");
+        let e = run(&other, &pool, &options)
+            .err()
+            .expect("a foreign plan must be refused");
         assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
         for g in [&planned, &other] {
             assert!(e.message().contains(&format!("graph #{}", g.id())), "{e}");
         }
         assert_eq!(pool.stats().live_bytes, 0);
     }
-    run(&planned, &pool, &RunOptions { plan: Some(&plan), ..Default::default() }).unwrap();
+    run(
+        &planned,
+        &pool,
+        &RunOptions {
+            plan: Some(&plan),
+            ..Default::default()
+        },
+    )
+    .unwrap();
 }
 
 /// Builds and finalizes a C-API chain of `n` nodes of `bytes`.
@@ -83,7 +93,10 @@ fn c_chain(n: usize, bytes: usize) -> *mut gs_graph {
         assert_eq!(unsafe { gs_graph_add_node(g, &desc, &mut id) }, gs_status::GS_OK);
         prev = Some(id);
     }
-    assert_eq!(gs_graph_mark_output(g, ValueRef::new(prev.unwrap(), 0)), gs_status::GS_OK);
+    assert_eq!(
+        gs_graph_mark_output(g, ValueRef::new(prev.unwrap(), 0)),
+        gs_status::GS_OK
+    );
     assert_eq!(gs_graph_finalize(g), gs_status::GS_OK);
     g
 }
@@ -105,7 +118,9 @@ fn the_c_api_refuses_a_foreign_plan_with_a_sentence() {
     let status = unsafe { gs_run(b, pool, &options, &mut result) };
     assert_eq!(status, gs_status::GS_ERR_INVALID_ARGUMENT);
     // SAFETY: the last error is this thread's valid C string.
-    let message = unsafe { CStr::from_ptr(gs_last_error_message()) }.to_string_lossy().into_owned();
+    let message = unsafe { CStr::from_ptr(gs_last_error_message()) }
+        .to_string_lossy()
+        .into_owned();
     assert!(message.contains("plan was made for graph #"), "{message}");
     assert!(result.is_null());
     // SAFETY: as above.
@@ -144,10 +159,19 @@ fn a_dynamic_output_cannot_pass_the_memory_limit() {
             memory_limit_bytes: 1024,
             ..Default::default()
         };
-        let e = run(&graph, &pool, &options).err().expect("4096 bytes do not fit a 1024-byte limit");
+        let e = run(&graph, &pool, &options)
+            .err()
+            .expect("4096 bytes do not fit a 1024-byte limit");
         assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{e}");
-        assert!(e.message().contains("'grow'") && e.message().contains("4096-byte"), "{e}");
-        assert!(pool.stats().peak_live_bytes <= 1024, "the pool handed out {}", pool.stats().peak_live_bytes);
+        assert!(
+            e.message().contains("'grow'") && e.message().contains("4096-byte"),
+            "{e}"
+        );
+        assert!(
+            pool.stats().peak_live_bytes <= 1024,
+            "the pool handed out {}",
+            pool.stats().peak_live_bytes
+        );
         assert_eq!(pool.stats().live_bytes, 0);
         // Room for it: the same run goes through, and counts the bytes it holds.
         let options = RunOptions {
@@ -167,8 +191,20 @@ fn acquires_count_blocks_taken_from_the_pool() {
     assert_eq!(dynamic.stats().acquires, 6, "one block per value");
     let plan = Plan::new(&graph, Mode::Sequential(Order::Topological)).unwrap();
     let before = pool.stats().acquires;
-    let planned = run(&graph, &pool, &RunOptions { plan: Some(&plan), ..Default::default() }).unwrap();
-    assert_eq!(planned.stats().acquires, 1, "a planned run takes its arena, nothing else");
+    let planned = run(
+        &graph,
+        &pool,
+        &RunOptions {
+            plan: Some(&plan),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        planned.stats().acquires,
+        1,
+        "a planned run takes its arena, nothing else"
+    );
     assert_eq!(pool.stats().acquires - before, 1);
 }
 
@@ -180,8 +216,14 @@ fn a_missing_output_index_is_an_output_index_error() {
     let e = r.output(ValueRef::new(1, 1)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OutputIndex, "{e}");
     assert!(e.message().contains("'c1' has 1 output"), "{e}");
-    assert_eq!(r.output(ValueRef::new(7, 0)).unwrap_err().kind(), ErrorKind::UnknownValue);
-    assert_eq!(r.output(ValueRef::new(0, 0)).unwrap_err().kind(), ErrorKind::NotAnOutput);
+    assert_eq!(
+        r.output(ValueRef::new(7, 0)).unwrap_err().kind(),
+        ErrorKind::UnknownValue
+    );
+    assert_eq!(
+        r.output(ValueRef::new(0, 0)).unwrap_err().kind(),
+        ErrorKind::NotAnOutput
+    );
 }
 
 /// Random DAGs run on 1 to 4 threads under a limit equal to the lowest max-live bound
@@ -202,7 +244,11 @@ fn admission_completes_at_the_lowest_bound_on_any_thread_count() {
         for (v, buf) in inputs.iter().zip(&bufs) {
             ledger.record_input(*v, buf.bytes());
         }
-        let bindings: Vec<InputBinding> = inputs.iter().zip(&bufs).map(|(&v, b)| InputBinding::new(v, b.bytes())).collect();
+        let bindings: Vec<InputBinding> = inputs
+            .iter()
+            .zip(&bufs)
+            .map(|(&v, b)| InputBinding::new(v, b.bytes()))
+            .collect();
         let limit = graph.lowest_live_order().peak;
         let executor = &executors[seed as usize % 4];
         let pool = Arc::new(Pool::default());
@@ -217,12 +263,23 @@ fn admission_completes_at_the_lowest_bound_on_any_thread_count() {
             };
             let r = run(&graph, &pool, &options)
                 .unwrap_or_else(|e| panic!("seed {seed}, {} threads: {e}", executor.map_or(1, Executor::threads)));
-            assert!(r.stats().peak_live_bytes <= limit, "seed {seed}: {} > {limit}", r.stats().peak_live_bytes);
-            assert!(pool.stats().peak_live_bytes <= limit, "seed {seed}: pool peak over the limit");
+            assert!(
+                r.stats().peak_live_bytes <= limit,
+                "seed {seed}: {} > {limit}",
+                r.stats().peak_live_bytes
+            );
+            assert!(
+                pool.stats().peak_live_bytes <= limit,
+                "seed {seed}: pool peak over the limit"
+            );
             for &v in graph.graph_outputs() {
                 let v = graph.value_ref(v);
                 let want = ledger.get(v).expect("the kernel recorded it");
-                assert_eq!(common::fnv(r.output_bytes(v).unwrap()), want, "seed {seed}: output {v:?}");
+                assert_eq!(
+                    common::fnv(r.output_bytes(v).unwrap()),
+                    want,
+                    "seed {seed}: output {v:?}"
+                );
             }
         }
         assert_eq!(pool.stats().live_bytes, 0);
@@ -237,14 +294,21 @@ fn a_sequential_run_follows_an_order_that_fits() {
     // right away needs a quarter of that.
     let mut b = GraphBuilder::new();
     let bigs: Vec<u32> = (0..4)
-        .map(|i| b.add_node(NodeDesc::new(format!("big{i}"), "Make", noop()).output(1000)).unwrap())
+        .map(|i| {
+            b.add_node(NodeDesc::new(format!("big{i}"), "Make", noop()).output(1000))
+                .unwrap()
+        })
         .collect();
     let smalls: Vec<u32> = bigs
         .iter()
         .enumerate()
         .map(|(i, &big)| {
-            b.add_node(NodeDesc::new(format!("small{i}"), "Shrink", noop()).input(ValueRef::new(big, 0)).output(10))
-                .unwrap()
+            b.add_node(
+                NodeDesc::new(format!("small{i}"), "Shrink", noop())
+                    .input(ValueRef::new(big, 0))
+                    .output(10),
+            )
+            .unwrap()
         })
         .collect();
     let mut sink = NodeDesc::new("sink", "Sum", noop()).output(10);
@@ -254,9 +318,14 @@ fn a_sequential_run_follows_an_order_that_fits() {
     let sink = b.add_node(sink).unwrap();
     b.mark_output(ValueRef::new(sink, 0)).unwrap();
     let graph = Arc::new(b.finalize().unwrap());
-    let file_order = Plan::new(&graph, Mode::Sequential(Order::Topological)).unwrap().max_live_bytes();
+    let file_order = Plan::new(&graph, Mode::Sequential(Order::Topological))
+        .unwrap()
+        .max_live_bytes();
     let limit = graph.lowest_live_order().peak;
-    assert!(limit < file_order, "the example needs an order below the file order ({limit} vs {file_order})");
+    assert!(
+        limit < file_order,
+        "the example needs an order below the file order ({limit} vs {file_order})"
+    );
     let pool = Arc::new(Pool::default());
     let options = RunOptions {
         memory_limit_bytes: limit,
@@ -271,7 +340,9 @@ fn a_sequential_run_follows_an_order_that_fits() {
 #[test]
 fn an_internal_panic_fails_the_run_and_the_executor_lives_on() {
     let mut b = GraphBuilder::new();
-    let a = b.add_node(NodeDesc::new("fault-injection-a", "Op", noop()).output(64)).unwrap();
+    let a = b
+        .add_node(NodeDesc::new("fault-injection-a", "Op", noop()).output(64))
+        .unwrap();
     let mut fan = Vec::new();
     for i in 0..8 {
         fan.push(
@@ -301,10 +372,15 @@ fn an_internal_panic_fails_the_run_and_the_executor_lives_on() {
                 ..Default::default()
             };
             graphsched::exec::fault::panic_after_node(Some("fault-injection-3"));
-            let e = run(&graph, &pool, &options).err().expect("the injected fault fails the run");
+            let e = run(&graph, &pool, &options)
+                .err()
+                .expect("the injected fault fails the run");
             graphsched::exec::fault::panic_after_node(None);
             assert_eq!(e.kind(), ErrorKind::KernelPanicked, "{e}");
-            assert!(e.message().contains("internal error") && e.message().contains("fault-injection-3"), "{e}");
+            assert!(
+                e.message().contains("internal error") && e.message().contains("fault-injection-3"),
+                "{e}"
+            );
             assert_eq!(pool.stats().live_bytes, 0, "every buffer went back");
             run(&graph, &pool, &options).expect("the executor and the graph still work");
         }

@@ -715,7 +715,9 @@ impl<'r> RunState<'r> {
                 let why = if gate.limit >= bound {
                     "outputs of dynamic size took the room".to_string()
                 } else {
-                    format!("the limit is below {bound} bytes, the lowest max-live bound graphsched found for this graph")
+                    format!(
+                        "the limit is below {bound} bytes, the lowest max-live bound graphsched found for this graph"
+                    )
                 };
                 format!(
                     "node {label} needs {need} bytes for its outputs, but {live} of the {}-byte memory limit are live and \
@@ -889,7 +891,10 @@ impl<'r> RunState<'r> {
             buffers,
             error: None,
             in_place: in_place_output,
-            reserve: self.gate.is_some().then_some(&reserve as &(dyn Fn(u64) -> Result<()> + Sync)),
+            reserve: self
+                .gate
+                .is_some()
+                .then_some(&reserve as &(dyn Fn(u64) -> Result<()> + Sync)),
             reserved: 0,
             refused: None,
             acquired: 0,
@@ -1106,8 +1111,7 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -
 fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
     let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
     // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
-    unsafe { pool.release_many(blocks) }
-        .expect("a run releases only blocks it acquired, once");
+    unsafe { pool.release_many(blocks) }.expect("a run releases only blocks it acquired, once");
 }
 
 /// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,

@@ -15,6 +15,9 @@ impl Handle for gs_cancel_token {
 }
 
 /// Makes a token, not cancelled.
+///
+/// The token must outlive every run that uses it.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> gs_status {
     guard(|| {
@@ -28,6 +31,9 @@ pub extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> gs_stat
 }
 
 /// Frees a token. NULL does nothing. No run may be using it.
+///
+/// Thread-safe with respect to other handles; no other call may be using this handle, on any
+/// thread.
 #[no_mangle]
 pub extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
     let _ = guard(|| {
@@ -40,6 +46,8 @@ pub extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
 /// Cancels: runs using the token start no new node, let running kernels finish, return every
 /// buffer and fail with `GS_ERR_CANCELLED`. Returns 1 for the call that cancelled, 0 if the token
 /// was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_cancel_token_cancel(token: *const gs_cancel_token) -> i32 {
     let mut result = -1;

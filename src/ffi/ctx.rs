@@ -65,6 +65,8 @@ unsafe fn ctx<'a>(c: *const gs_kernel_ctx) -> FfiResult<&'a mut KernelCtx<'stati
 }
 
 /// Number of inputs of the running node; 0 for a bad context.
+///
+/// Only inside the kernel call that received `ctx`, on its thread.
 #[no_mangle]
 pub extern "C" fn gs_ctx_num_inputs(c: *const gs_kernel_ctx) -> u32 {
     let mut n = 0;
@@ -74,6 +76,8 @@ pub extern "C" fn gs_ctx_num_inputs(c: *const gs_kernel_ctx) -> u32 {
 }
 
 /// Number of outputs of the running node; 0 for a bad context.
+///
+/// Only inside the kernel call that received `ctx`, on its thread.
 #[no_mangle]
 pub extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
     let mut n = 0;
@@ -83,6 +87,9 @@ pub extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
 }
 
 /// Input `i` of the running node, read-only; NULL (last error set) if `i` is out of range.
+///
+/// The descriptor and its data stay valid until the kernel returns; never keep the pointer.
+/// Only inside the kernel call that received `ctx`, on its thread.
 #[no_mangle]
 pub extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const Tensor {
     let mut t = std::ptr::null();
@@ -104,6 +111,9 @@ pub extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const Tensor
 /// Output `i` of the running node; NULL (last error set) if `i` is out of range. A static output
 /// is allocated already; a dynamic one has `data == NULL` until `gs_ctx_alloc_output`. The
 /// kernel may set dtype, ndim, dims and strides, and lower nbytes.
+///
+/// The descriptor and its data stay valid until the kernel returns; the run owns the buffer.
+/// Only inside the kernel call that received `ctx`, on its thread.
 #[no_mangle]
 pub extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
     let mut t = std::ptr::null_mut();
@@ -125,6 +135,8 @@ pub extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
 
 /// Allocates dynamic output `i` with its real byte count (0 makes an empty output); `out` (may
 /// be NULL) receives its descriptor. A dtype or shape set on the output before is kept.
+///
+/// Only inside the kernel call that received `ctx`, on its thread.
 ///
 /// # Safety
 /// `out` is NULL or writable.
@@ -149,6 +161,8 @@ pub unsafe extern "C" fn gs_ctx_alloc_output(
 
 /// Records why the kernel is failing; the run's error message quotes it with the node's name.
 ///
+/// Only inside the kernel call that received `ctx`, on its thread.
+///
 /// # Safety
 /// `message` is NULL or NUL-terminated.
 #[no_mangle]
@@ -169,6 +183,9 @@ pub unsafe extern "C" fn gs_ctx_set_error(c: *mut gs_kernel_ctx, message: *const
 }
 
 /// Name of the running node, valid while the graph lives; NULL for a bad context.
+///
+/// The name stays valid as long as the graph.
+/// Only inside the kernel call that received `ctx`, on its thread.
 #[no_mangle]
 pub extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
     let mut name = std::ptr::null();
@@ -184,6 +201,8 @@ pub extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
 /// 1 if output `i` took over its in-place input's buffer (`GS_NODE_IN_PLACE`): its data pointer
 /// is then the input's, so the kernel must read each input element before writing it. 0 if not,
 /// or for a bad context or index.
+///
+/// Only inside the kernel call that received `ctx`, on its thread.
 #[no_mangle]
 pub extern "C" fn gs_ctx_output_in_place(c: *const gs_kernel_ctx, i: u32) -> i32 {
     let mut yes = 0;

@@ -26,6 +26,8 @@ pub struct gs_executor_config {
 
 /// Starts an executor; `config` may be NULL for defaults.
 ///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
 /// # Safety
 /// `config` is NULL or readable; `out` is writable.
 #[no_mangle]
@@ -43,6 +45,10 @@ pub unsafe extern "C" fn gs_executor_new(config: *const gs_executor_config, out:
 }
 
 /// Stops the workers and frees the executor. NULL does nothing. No run may be using it.
+///
+/// Waits for its worker threads to stop.
+/// Thread-safe with respect to other handles; no other call may be using this handle, on any
+/// thread.
 #[no_mangle]
 pub extern "C" fn gs_executor_free(executor: *mut gs_executor) {
     let _ = guard(|| {
@@ -53,6 +59,8 @@ pub extern "C" fn gs_executor_free(executor: *mut gs_executor) {
 }
 
 /// Threads the executor runs on, the caller's included; 0 (last error set) for a bad handle.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u32 {
     let mut threads = 0;

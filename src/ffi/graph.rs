@@ -49,6 +49,8 @@ pub struct gs_node_desc {
     /// Operator type, e.g. "Conv" (NULL means ""). Nodes of one type share learned durations.
     pub op_type: *const c_char,
     pub kernel: gs_kernel_fn,
+    /// Passed to every call of `kernel`, for the graph's life, from several threads at once
+    /// when runs use an executor; graphsched never reads, copies or frees it.
     pub user_data: *mut c_void,
     /// Values the node reads; may name nodes added later.
     pub inputs: *const ValueRef,
@@ -68,6 +70,8 @@ pub struct gs_node_desc {
 }
 
 /// Makes an empty graph.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
     guard(|| {
@@ -82,10 +86,13 @@ pub extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
 }
 
 /// Frees a graph. NULL does nothing. Results of its runs stay valid.
+///
+/// Thread-safe with respect to other handles; no other call may be using this handle, on any
+/// thread.
 #[no_mangle]
 pub extern "C" fn gs_graph_free(graph: *mut gs_graph) {
-    // SAFETY: no other thread uses the handle while it is freed (C contract).
     let _ = guard(|| {
+        // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(graph, "graph") };
         Ok(())
     });
@@ -93,6 +100,9 @@ pub extern "C" fn gs_graph_free(graph: *mut gs_graph) {
 
 /// Adds a graph input of `nbytes`, bound to caller memory at each run; `out` (may be NULL)
 /// receives its value.
+///
+/// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
+/// calls took it).
 ///
 /// # Safety
 /// `name` is NUL-terminated; `out` is NULL or writable.
@@ -104,9 +114,12 @@ pub unsafe extern "C" fn gs_graph_add_input(
     out: *mut ValueRef,
 ) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
+        // SAFETY: NUL-terminated by contract; NULL is reported, not read.
         let name = unsafe { str_arg(name, "name") }?;
         let value = g.builder().add_input(name, nbytes)?;
+        // SAFETY: NULL or writable by contract.
         if let Some(out) = unsafe { out.as_mut() } {
             *out = value;
         }
@@ -118,6 +131,11 @@ pub unsafe extern "C" fn gs_graph_add_input(
 /// and inputs are added. The description, its strings and its arrays are copied: they need not
 /// outlive the call (the user data pointer is kept as is).
 ///
+/// The kernel is called with `desc.user_data` as long as the graph lives, from several threads at
+/// once when runs use an executor: graphsched never frees or copies what it points to.
+/// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
+/// calls took it).
+///
 /// # Safety
 /// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable.
 #[no_mangle]
@@ -127,14 +145,17 @@ pub unsafe extern "C" fn gs_graph_add_node(
     out_node: *mut u32,
 ) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         // SAFETY: readable by contract.
         let d =
             unsafe { desc.as_ref() }.ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'desc' is NULL"))?;
+        // SAFETY: NUL-terminated by contract; NULL is reported, not read.
         let name = unsafe { str_arg(d.name, "desc.name") }?;
         let op_type = if d.op_type.is_null() {
             ""
         } else {
+            // SAFETY: NUL-terminated by contract; NULL is reported, not read.
             unsafe { str_arg(d.op_type, "desc.op_type") }?
         };
         let Some(kernel) = d.kernel else {
@@ -153,7 +174,9 @@ pub unsafe extern "C" fn gs_graph_add_node(
             ));
         }
         let max = GS_MAX_NODE_PORTS as usize;
+        // SAFETY: readable for that many elements by contract; NULL and absurd counts are reported.
         let inputs = unsafe { slice_arg(d.inputs, d.num_inputs as usize, max, "desc.inputs") }?;
+        // SAFETY: readable for that many elements by contract; NULL and absurd counts are reported.
         let sizes = unsafe { slice_arg(d.output_sizes, d.num_outputs as usize, max, "desc.output_sizes") }?;
         let kernel = CKernel {
             f: kernel,
@@ -179,6 +202,7 @@ pub unsafe extern "C" fn gs_graph_add_node(
             in_place: (d.flags & GS_NODE_IN_PLACE != 0).then_some((d.in_place_output as u32, d.in_place_input as u32)),
         };
         let id = g.builder().add_node(node)?;
+        // SAFETY: NULL or writable by contract.
         if let Some(out) = unsafe { out_node.as_mut() } {
             *out = id;
         }
@@ -188,9 +212,13 @@ pub unsafe extern "C" fn gs_graph_add_node(
 
 /// Marks a value as a graph output: it survives the run in the result. A graph input marked as
 /// an output is handed back as the caller's own memory.
+///
+/// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
+/// calls took it).
 #[no_mangle]
 pub extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         Ok(g.builder().mark_output(value)?)
     })
@@ -198,9 +226,13 @@ pub extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) ->
 
 /// Validates and analyses the graph. After success the graph is immutable and may be run from
 /// many threads; after failure nothing changed.
+///
+/// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
+/// calls took it).
 #[no_mangle]
 pub extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         let mut builder = g.builder();
         let compiled = builder.finalize()?;
@@ -213,10 +245,14 @@ pub extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
 }
 
 /// Figures of a finalized graph.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_graph_get_info(graph: *const gs_graph, out: *mut GraphInfo) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
+        // SAFETY: writable by contract; NULL is reported.
         let out = unsafe { out_arg(out, "out") }?;
         *out = g.compiled()?.info();
         Ok(())
@@ -224,6 +260,7 @@ pub extern "C" fn gs_graph_get_info(graph: *const gs_graph, out: *mut GraphInfo)
 }
 
 fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> FfiResult<()> {
+    // SAFETY: writable by contract; NULL is reported.
     let len = unsafe { out_arg(len, "len") }?;
     *len = ids.len();
     let n = ids.len().min(capacity);
@@ -243,6 +280,8 @@ fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> F
 /// Writes up to `capacity` node ids of the critical path (operator nodes, in order) to `nodes`
 /// and its full length to `*len`. Call with capacity 0 to learn the length.
 ///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
 /// # Safety
 /// `nodes` is writable for `capacity` ids; `len` is writable.
 #[no_mangle]
@@ -253,12 +292,15 @@ pub unsafe extern "C" fn gs_graph_critical_path(
     len: *mut usize,
 ) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         copy_ids(g.compiled()?.critical_path(), nodes, capacity, len)
     })
 }
 
 /// Like `gs_graph_critical_path`, for the topological order (every node, graph inputs included).
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
 /// As for `gs_graph_critical_path`.
@@ -270,6 +312,7 @@ pub unsafe extern "C" fn gs_graph_topological_order(
     len: *mut usize,
 ) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         copy_ids(g.compiled()?.topological_order(), nodes, capacity, len)
     })
@@ -277,13 +320,18 @@ pub unsafe extern "C" fn gs_graph_topological_order(
 
 /// Finds a node (or graph input) by name.
 ///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
 /// # Safety
 /// `name` is NUL-terminated; `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn gs_graph_find_node(graph: *const gs_graph, name: *const c_char, out: *mut u32) -> gs_status {
     guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
+        // SAFETY: NUL-terminated by contract; NULL is reported, not read.
         let name = unsafe { str_arg(name, "name") }?;
+        // SAFETY: writable by contract; NULL is reported.
         let out = unsafe { out_arg(out, "out") }?;
         let found = match g.compiled.get() {
             Some(c) => c.find_node(name),
@@ -297,10 +345,14 @@ pub unsafe extern "C" fn gs_graph_find_node(graph: *const gs_graph, name: *const
 
 /// The name of a node, valid until the graph is freed; NULL (with the last error set) for a bad
 /// handle or id.
+///
+/// The name stays valid as long as the graph.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_graph_node_name(graph: *const gs_graph, node: u32) -> *const c_char {
     let mut name = std::ptr::null();
     let status = guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         // Names live in heap buffers that neither finalize nor later additions move.
         name = match g.compiled.get() {

@@ -79,6 +79,8 @@ pub const GS_DTYPE_I64: i32 = 9;
 pub const GS_DTYPE_BOOL: i32 = 10;
 
 /// Version of the loaded library; compare with `GS_VERSION_NUMBER` from the header compiled in.
+///
+/// Thread-safe: no state.
 #[no_mangle]
 pub extern "C" fn gs_version_number() -> u32 {
     GS_VERSION_NUMBER

@@ -25,6 +25,10 @@ impl Handle for gs_plan {
 }
 
 /// Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
+///
+/// The plan belongs to this graph: it keeps the finalized graph alive and runs of any other graph
+/// refuse it. It must outlive every run that uses it.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mut *mut gs_plan) -> gs_status {
     guard(|| {
@@ -52,6 +56,9 @@ pub extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mut *mut 
 }
 
 /// Frees a plan. NULL does nothing. No run may be using it.
+///
+/// Thread-safe with respect to other handles; no other call may be using this handle, on any
+/// thread.
 #[no_mangle]
 pub extern "C" fn gs_plan_free(plan: *mut gs_plan) {
     let _ = guard(|| {
@@ -62,6 +69,8 @@ pub extern "C" fn gs_plan_free(plan: *mut gs_plan) {
 }
 
 /// Bytes of the plan's arena, and the max-live lower bound of its order (either may be NULL).
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
 /// `arena_bytes` and `lower_bound_bytes` are NULL or writable.

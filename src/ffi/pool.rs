@@ -22,6 +22,8 @@ impl Handle for gs_pool {
 /// Makes a pool; `config` may be NULL for defaults, and zero fields take their defaults. A
 /// `large_threshold_bytes` over 65536 is `GS_ERR_INVALID_ARGUMENT`.
 ///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
 /// # Safety
 /// `config` is NULL or readable; `out` is writable.
 #[no_mangle]
@@ -40,6 +42,9 @@ pub unsafe extern "C" fn gs_pool_new(config: *const PoolConfig, out: *mut *mut g
 
 /// Frees a pool and the memory it caches. NULL does nothing. Buffers still held by run results
 /// stay valid until those are freed; buffers from `gs_pool_acquire` still held become invalid.
+///
+/// Thread-safe with respect to other handles; no other call may be using this handle, on any
+/// thread.
 #[no_mangle]
 pub extern "C" fn gs_pool_free(pool: *mut gs_pool) {
     let _ = guard(|| {
@@ -62,12 +67,17 @@ fn acquire(pool: *mut gs_pool, nbytes: usize, zero: bool, out: *mut *mut c_void)
 
 /// A block of at least `nbytes`, not cleared: 16-byte aligned, and 64-byte aligned when
 /// `nbytes` is at least the pool's `large_threshold_bytes`. Give it back with `gs_pool_release`.
+///
+/// The caller owns the block until `gs_pool_release`; freeing the pool frees it too.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_pool_acquire(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
     acquire(pool, nbytes, false, out)
 }
 
 /// Like `gs_pool_acquire`, with the first `nbytes` cleared to zero.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_pool_acquire_zeroed(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
     acquire(pool, nbytes, true, out)
@@ -75,6 +85,10 @@ pub extern "C" fn gs_pool_acquire_zeroed(pool: *mut gs_pool, nbytes: usize, out:
 
 /// Gives back a block from `gs_pool_acquire`. Releasing a pointer twice, or one the pool did not
 /// hand out, returns `GS_ERR_UNKNOWN_POINTER` and changes nothing.
+///
+/// Only blocks from `gs_pool_acquire*`: buffers a run handed to a kernel or a result belong to the
+/// run.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_pool_release(pool: *mut gs_pool, ptr: *mut c_void) -> gs_status {
     guard(|| {
@@ -90,6 +104,8 @@ pub extern "C" fn gs_pool_release(pool: *mut gs_pool, ptr: *mut c_void) -> gs_st
 }
 
 /// The pool's counters.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_pool_get_stats(pool: *const gs_pool, out: *mut PoolStats) -> gs_status {
     guard(|| {
@@ -102,6 +118,8 @@ pub extern "C" fn gs_pool_get_stats(pool: *const gs_pool, out: *mut PoolStats) -
 }
 
 /// Restarts peak tracking from the current levels.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_pool_reset_peaks(pool: *mut gs_pool) -> gs_status {
     guard(|| {
@@ -112,6 +130,8 @@ pub extern "C" fn gs_pool_reset_peaks(pool: *mut gs_pool) -> gs_status {
 }
 
 /// Returns all cached memory to the system.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_pool_trim(pool: *mut gs_pool) -> gs_status {
     guard(|| {

@@ -110,6 +110,10 @@ impl Handle for gs_run_result {
 /// until `gs_result_free`. On failure nothing is left allocated, `*out` is untouched, and the
 /// graph can run again. Many threads may run the same graph at once.
 ///
+/// Everything `options` points to (bindings and their memory, executor, plan, cancel token) must
+/// stay valid until the call returns; the graph and the pool too. Input memory is only read.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
 /// # Safety
 /// `options` is NULL or readable, with its arrays; `out` is writable.
 #[no_mangle]
@@ -174,6 +178,9 @@ pub unsafe extern "C" fn gs_run(
 }
 
 /// The descriptor of graph output `value`. Its data stays valid until the result is freed.
+///
+/// The descriptor's data stays valid until `gs_result_free`; the result owns it.
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_result_output(result: *const gs_run_result, value: ValueRef, out: *mut Tensor) -> gs_status {
     guard(|| {
@@ -187,6 +194,8 @@ pub extern "C" fn gs_result_output(result: *const gs_run_result, value: ValueRef
 }
 
 /// Statistics of the run.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 #[no_mangle]
 pub extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut RunStats) -> gs_status {
     guard(|| {
@@ -201,6 +210,8 @@ pub extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut RunSta
 /// Writes a traced run (`GS_RUN_TRACE`) as Chrome trace-event JSON to `path`: one track per
 /// thread, one slice per node, counters for live and reserved bytes. Opens in Perfetto
 /// (ui.perfetto.dev) or chrome://tracing.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
 /// `path` is NUL-terminated.
@@ -226,6 +237,10 @@ pub unsafe extern "C" fn gs_result_write_trace(
 }
 
 /// Frees a result; its output buffers go back to the pool. NULL does nothing.
+///
+/// Returns the result's buffers to its pool, which the result keeps alive until then.
+/// Thread-safe with respect to other handles; no other call may be using this handle, on any
+/// thread.
 #[no_mangle]
 pub extern "C" fn gs_result_free(result: *mut gs_run_result) {
     let _ = guard(|| {

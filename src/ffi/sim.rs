@@ -25,6 +25,8 @@ pub struct gs_sim_options {
 /// the estimated durations (given, learned, or the default): makespan, its lower bound, peak live
 /// bytes and utilization, deterministically and for any thread count.
 ///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
 /// # Safety
 /// `options` is readable; `out` is writable.
 #[no_mangle]

@@ -168,6 +168,8 @@ pub(crate) fn guard(body: impl FnOnce() -> FfiResult<()>) -> gs_status {
 
 /// The sentence describing the calling thread's most recent failed call, or "" if none failed.
 /// The text stays valid until the next failed call on the same thread.
+///
+/// Thread-safe: reads and writes only the calling thread's state.
 #[no_mangle]
 pub extern "C" fn gs_last_error_message() -> *const c_char {
     LAST_ERROR
@@ -177,6 +179,8 @@ pub extern "C" fn gs_last_error_message() -> *const c_char {
 
 /// The name of a status code, e.g. "GS_ERR_CYCLE"; "GS_UNKNOWN_STATUS" for other values.
 /// The text is static.
+///
+/// Thread-safe: no state.
 #[no_mangle]
 pub extern "C" fn gs_status_name(status: i32) -> *const c_char {
     macro_rules! cstr {
@@ -229,8 +233,8 @@ mod tests {
     fn every_status_has_its_own_name() {
         let mut names: Vec<String> = ALL_STATUSES
             .iter()
-            // SAFETY: gs_status_name returns static C strings.
             .map(|&s| {
+                // SAFETY: gs_status_name returns static C strings.
                 unsafe { CStr::from_ptr(gs_status_name(s as i32)) }
                     .to_str()
                     .unwrap()

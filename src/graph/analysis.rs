@@ -377,7 +377,9 @@ impl Graph {
 
     /// "graph #3 (12 nodes, first 'conv1')": enough to tell two graphs apart in a message.
     pub fn describe(&self) -> String {
-        let first = (0..self.node_count() as u32).find(|&n| !self.is_graph_input(n)).or(Some(0));
+        let first = (0..self.node_count() as u32)
+            .find(|&n| !self.is_graph_input(n))
+            .or(Some(0));
         match first.filter(|_| self.node_count() > 0) {
             Some(n) => format!(
                 "graph #{} ({} nodes, first operator '{}')",

@@ -173,4 +173,3 @@ pub fn memory_aware_order(graph: &Graph) -> Vec<u32> {
     }
     order
 }
-

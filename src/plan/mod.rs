@@ -394,7 +394,12 @@ mod tests {
         let x = b.add_node(node("x").input(ValueRef::new(src, 0)).output(128)).unwrap();
         let y = b.add_node(node("y").input(ValueRef::new(src, 0)).output(128)).unwrap();
         let join = b
-            .add_node(node("join").input(ValueRef::new(x, 0)).input(ValueRef::new(y, 0)).output(64))
+            .add_node(
+                node("join")
+                    .input(ValueRef::new(x, 0))
+                    .input(ValueRef::new(y, 0))
+                    .output(64),
+            )
             .unwrap();
         b.mark_output(ValueRef::new(join, 0)).unwrap();
         Arc::new(b.finalize().unwrap())

@@ -10,7 +10,12 @@ fn check(file: &GraphFile) -> (f64, f64, f64) {
     let lb = file.max_live_bytes();
     let topo = Plan::new(g, Mode::Sequential(Order::Topological)).unwrap();
     topo.verify().unwrap();
-    assert_eq!(topo.max_live_bytes(), lb, "{}: the plan's bound is the file's", file.name);
+    assert_eq!(
+        topo.max_live_bytes(),
+        lb,
+        "{}: the plan's bound is the file's",
+        file.name
+    );
     let memory = Plan::new(g, Mode::Sequential(Order::MemoryAware)).unwrap();
     memory.verify().unwrap();
     let parallel = Plan::new(g, Mode::ParallelSafe).unwrap();
@@ -152,11 +157,7 @@ fn in_place_plans_verify_shrink_and_keep_checksums() {
         for mode in [Mode::Sequential(Order::Topological), Mode::ParallelSafe] {
             let plan = Plan::new(g, mode).unwrap();
             plan.verify().unwrap();
-            assert!(
-                (plan.aliases() > 0),
-                "{}: some output takes its input over",
-                file.name
-            );
+            assert!((plan.aliases() > 0), "{}: some output takes its input over", file.name);
             if mode == Mode::ParallelSafe {
                 assert!(
                     plan.arena_bytes() <= before.arena_bytes(),

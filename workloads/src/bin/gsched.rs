@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use graphsched::plan::{Mode, Order, Plan};
 use graphsched::sim::{simulate, SimOptions};
-use graphsched::{run, ErrorKind, Executor, Graph, Policy, Pool, RunOptions, RunResult};
+use graphsched::{run, Executor, Graph, Policy, Pool, RunOptions, RunResult};
 use graphsched_workloads::graph_file::InputBuffers;
 use graphsched_workloads::naive::run_naive;
 use graphsched_workloads::{checksum, seed_pipeline, GraphFile, Ledger};
@@ -580,8 +580,9 @@ fn demo(args: DemoArgs) -> Result<String, String> {
                     .map_err(|e| format!("cannot plan the graph: {e}"))?;
                 // A fresh pool per strategy: each row shows a cold first run.
                 let pool = Arc::new(Pool::default());
-                let (row, result) = measured_run(strategy, &built, &pool, executor, policy, limit, traced, plan.as_ref())
-                    .map_err(|e| format!("the {strategy} run failed: {e}"))?;
+                let (row, result) =
+                    measured_run(strategy, &built, &pool, executor, policy, limit, traced, plan.as_ref())
+                        .map_err(|e| format!("the {strategy} run failed: {e}"))?;
                 if let (true, Some(path)) = (traced, &args.trace) {
                     write_trace(path, &result)?;
                 }
@@ -1162,7 +1163,8 @@ fn plan_command(args: PlanArgs) -> Result<String, String> {
     );
     out += &format!(
         "  arena                      {:>12} bytes  {:>7.3}x the max-live bound\n",
-        plan.arena_bytes(), ratio
+        plan.arena_bytes(),
+        ratio
     );
     out += &format!("  max-live bound, file order {:>12} bytes\n", max_live);
     if plan.max_live_bytes() != max_live {
