@@ -69,7 +69,11 @@ pub(super) struct Shared {
 /// An event count: sleepers take a key, check once more for work, and sleep until the key
 /// moves; notifiers move it only when someone sleeps, so a busy executor never takes the lock.
 struct Sleep {
+    /// Threads between registering to sleep and waking. SeqCst with the fences in `sleep` and
+    /// `notify`: a notifier that reads 0 here is ordered before the sleeper's registration, so
+    /// the sleeper's last look for work sees what the notifier queued.
     sleepers: AtomicUsize,
+    /// Moves on every wake-up; a sleeper waits until it differs from the key it took.
     epoch: Mutex<u64>,
     wake: Condvar,
 }

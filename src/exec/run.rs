@@ -110,6 +110,9 @@ pub struct RunOptions<'a> {
 /// Stops runs from another thread. One token may serve many runs; once cancelled it stays so.
 #[derive(Debug, Default)]
 pub struct CancelToken {
+    /// Set once, never cleared. The swap that sets it is AcqRel so exactly one caller sees
+    /// `false` (and reports that it cancelled); runs read it with Acquire between nodes, and
+    /// nothing else is published through it.
     cancelled: std::sync::atomic::AtomicBool,
 }
 

@@ -133,6 +133,9 @@ struct GateInner<'r> {
 /// happen under the lock the leaver takes, so no deferred task is forgotten.
 pub(super) struct Window {
     cap: u32,
+    /// Nodes of the run executing now (a place taken optimistically and given back if over
+    /// `cap`). AcqRel; what keeps a deferred task from being forgotten is the `deferred` lock,
+    /// which both the last try of `enter` and `leave` take after changing the count.
     running: AtomicU32,
     /// Deferred nodes, with whether their memory is reserved already (admitted while waiting).
     deferred: Mutex<Vec<(u32, bool)>>,

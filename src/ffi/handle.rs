@@ -22,6 +22,7 @@ type Registry = HashMap<usize, (TypeId, usize)>;
 static LIVE: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
 
 /// Keys step by 16 so that a handle looks like an aligned pointer to C tools; 0 stays NULL.
+/// Relaxed: the read-modify-write alone makes every key unique.
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(16);
 
 /// A type the C side holds by handle.

@@ -73,6 +73,7 @@ pub struct Graph {
     info: GraphInfo,
     /// Learned duration per op type: an exponential moving average of real runs, 0 until the
     /// first. Updated by every run; a lost update between racing runs only delays learning.
+    /// Relaxed: each is a self-contained number; no other memory is published through it.
     learned_ns: Vec<AtomicU64>,
     /// Scheduling priorities, computed on first use and again when estimates move.
     priorities: Mutex<Option<Arc<crate::sched::Priorities>>>,
