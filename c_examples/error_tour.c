@@ -170,8 +170,8 @@ int main(void) {
     EXPECT(gs_run(g, pool, &(gs_run_options){.inputs = bind, .num_inputs = 2}, &result), GS_ERR_INPUT_BINDING, "'x'",
            "twice");
     bind[1].value = first;
-    EXPECT(gs_run(g, pool, &(gs_run_options){.inputs = bind + 1, .num_inputs = 1}, &result), GS_ERR_INPUT_BINDING, "(1, 0)",
-           "not a graph input");
+    EXPECT(gs_run(g, pool, &(gs_run_options){.inputs = bind + 1, .num_inputs = 1}, &result), GS_ERR_INPUT_BINDING,
+           "'first'", "not a graph input");
 
     EXPECT(gs_run(g, pool, &opts, &result), GS_ERR_KERNEL_FAILED, "'checker'", "bad shape", "returned 7");
     CHECK(result == NULL, "a failed run must leave *out untouched");
@@ -183,7 +183,8 @@ int main(void) {
     CHECK_OK(gs_result_output(result, last, &t));
     CHECK(t.nbytes == 16 && memcmp(t.data, buf, 16) == 0, "'last' does not hold a copy of x");
     EXPECT(gs_result_output(result, checked, &t), GS_ERR_NOT_AN_OUTPUT, "'checker'", "not a graph output");
-    EXPECT(gs_result_output(result, (gs_value){3, 1}, &t), GS_ERR_UNKNOWN_VALUE, "(3, 1)");
+    EXPECT(gs_result_output(result, (gs_value){3, 1}, &t), GS_ERR_OUTPUT_INDEX, "'last'", "output 1");
+    EXPECT(gs_result_output(result, (gs_value){99, 0}, &t), GS_ERR_UNKNOWN_VALUE, "(99, 0)");
     EXPECT(gs_result_output(result, last, NULL), GS_ERR_NULL_ARGUMENT, "'out'");
     gs_result_free(result);
     CHECK(live_bytes(pool) == 0, "bytes still live after gs_result_free");

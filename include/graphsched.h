@@ -394,12 +394,19 @@ uint32_t gs_version_number(void);
 //
 // The token must outlive every run that uses it.
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable.
 gs_status gs_cancel_token_new(struct gs_cancel_token **out);
 
 // Frees a token. NULL does nothing. No run may be using it.
 //
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
+//
+// # Safety
+// No other thread is inside a call on `token` (a `gs_run` given it in its options included)
+// during this call.
 void gs_cancel_token_free(struct gs_cancel_token *token);
 
 // Cancels: runs using the token start no new node, let running kernels finish, return every
@@ -407,22 +414,37 @@ void gs_cancel_token_free(struct gs_cancel_token *token);
 // was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `token` during this call.
 int32_t gs_cancel_token_cancel(const struct gs_cancel_token *token);
 
 // Number of inputs of the running node; 0 for a bad context.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
 uint32_t gs_ctx_num_inputs(const struct gs_kernel_ctx *c);
 
 // Number of outputs of the running node; 0 for a bad context.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
 uint32_t gs_ctx_num_outputs(const struct gs_kernel_ctx *c);
 
 // Input `i` of the running node, read-only; NULL (last error set) if `i` is out of range.
 //
 // The descriptor and its data stay valid until the kernel returns; never keep the pointer.
 // Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
 const struct gs_tensor *gs_ctx_input(const struct gs_kernel_ctx *c, uint32_t i);
 
 // Output `i` of the running node; NULL (last error set) if `i` is out of range. A static output
@@ -431,6 +453,10 @@ const struct gs_tensor *gs_ctx_input(const struct gs_kernel_ctx *c, uint32_t i);
 //
 // The descriptor and its data stay valid until the kernel returns; the run owns the buffer.
 // Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
 struct gs_tensor *gs_ctx_output(struct gs_kernel_ctx *c, uint32_t i);
 
 // Allocates dynamic output `i` with its real byte count (0 makes an empty output); `out` (may
@@ -439,7 +465,8 @@ struct gs_tensor *gs_ctx_output(struct gs_kernel_ctx *c, uint32_t i);
 // Only inside the kernel call that received `ctx`, on its thread.
 //
 // # Safety
-// `out` is NULL or writable.
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns; `out` is NULL or writable.
 gs_status gs_ctx_alloc_output(struct gs_kernel_ctx *c,
                               uint32_t i,
                               size_t nbytes,
@@ -450,13 +477,18 @@ gs_status gs_ctx_alloc_output(struct gs_kernel_ctx *c,
 // Only inside the kernel call that received `ctx`, on its thread.
 //
 // # Safety
-// `message` is NULL or NUL-terminated.
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns; `message` is NULL or NUL-terminated.
 void gs_ctx_set_error(struct gs_kernel_ctx *c, const char *message);
 
 // Name of the running node, valid while the graph lives; NULL for a bad context.
 //
 // The name stays valid as long as the graph.
 // Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
 const char *gs_ctx_node_name(const struct gs_kernel_ctx *c);
 
 // 1 if output `i` took over its in-place input's buffer (`GS_NODE_IN_PLACE`): its data pointer
@@ -464,6 +496,10 @@ const char *gs_ctx_node_name(const struct gs_kernel_ctx *c);
 // or for a bad context or index.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
 int32_t gs_ctx_output_in_place(const struct gs_kernel_ctx *c, uint32_t i);
 
 // Starts an executor; `config` may be NULL for defaults.
@@ -479,22 +515,36 @@ gs_status gs_executor_new(const struct gs_executor_config *config, struct gs_exe
 // Waits for its worker threads to stop.
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
+//
+// # Safety
+// No other thread is inside a call on `executor` (a `gs_run` given it in its options included)
+// during this call.
 void gs_executor_free(struct gs_executor *executor);
 
 // Threads the executor runs on, the caller's included; 0 (last error set) for a bad handle.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `executor` during this call.
 uint32_t gs_executor_threads(const struct gs_executor *executor);
 
 // Makes an empty graph.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable.
 gs_status gs_graph_new(struct gs_graph **out);
 
 // Frees a graph. NULL does nothing. Results of its runs stay valid.
 //
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
+//
+// # Safety
+// No other thread is inside a call on `graph` (a `gs_run` or `gs_plan_new` on it included)
+// during this call.
 void gs_graph_free(struct gs_graph *graph);
 
 // Adds a graph input of `nbytes`, bound to caller memory at each run; `out` (may be NULL)
@@ -504,7 +554,8 @@ void gs_graph_free(struct gs_graph *graph);
 // calls took it).
 //
 // # Safety
-// `name` is NUL-terminated; `out` is NULL or writable.
+// `name` is NUL-terminated; `out` is NULL or writable; no other thread frees `graph` during
+// this call.
 gs_status gs_graph_add_input(struct gs_graph *graph,
                              const char *name,
                              size_t nbytes,
@@ -520,7 +571,9 @@ gs_status gs_graph_add_input(struct gs_graph *graph,
 // calls took it).
 //
 // # Safety
-// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable.
+// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable;
+// no other thread frees `graph` during this call. `desc.kernel` may be called with
+// `desc.user_data` from any thread, several calls at once, in every run of the graph.
 gs_status gs_graph_add_node(struct gs_graph *graph,
                             const struct gs_node_desc *desc,
                             uint32_t *out_node);
@@ -530,6 +583,9 @@ gs_status gs_graph_add_node(struct gs_graph *graph,
 //
 // Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 // calls took it).
+//
+// # Safety
+// No other thread frees `graph` during this call.
 gs_status gs_graph_mark_output(struct gs_graph *graph, struct gs_value value);
 
 // Validates and analyses the graph. After success the graph is immutable and may be run from
@@ -537,11 +593,17 @@ gs_status gs_graph_mark_output(struct gs_graph *graph, struct gs_value value);
 //
 // Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 // calls took it).
+//
+// # Safety
+// No other thread frees `graph` during this call.
 gs_status gs_graph_finalize(struct gs_graph *graph);
 
 // Figures of a finalized graph.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `graph` during this call.
 gs_status gs_graph_get_info(const struct gs_graph *graph, struct gs_graph_info *out);
 
 // Writes up to `capacity` node ids of the critical path (operator nodes, in order) to `nodes`
@@ -550,7 +612,8 @@ gs_status gs_graph_get_info(const struct gs_graph *graph, struct gs_graph_info *
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //
 // # Safety
-// `nodes` is writable for `capacity` ids; `len` is writable.
+// `nodes` is NULL or writable for `capacity` ids; `len` is writable; no other thread frees
+// `graph` during this call.
 gs_status gs_graph_critical_path(const struct gs_graph *graph,
                                  uint32_t *nodes,
                                  size_t capacity,
@@ -572,7 +635,7 @@ gs_status gs_graph_topological_order(const struct gs_graph *graph,
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //
 // # Safety
-// `name` is NUL-terminated; `out` is writable.
+// `name` is NUL-terminated; `out` is writable; no other thread frees `graph` during this call.
 gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uint32_t *out);
 
 // The name of a node, valid until the graph is freed; NULL (with the last error set) for a bad
@@ -580,6 +643,9 @@ gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uin
 //
 // The name stays valid as long as the graph.
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `graph` during this call.
 const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
 
 // Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
@@ -587,20 +653,30 @@ const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
 // The plan belongs to this graph: it keeps the finalized graph alive and runs of any other graph
 // refuse it. It must outlive every run that uses it.
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `graph` during this call.
 gs_status gs_plan_new(const struct gs_graph *graph, uint32_t mode, struct gs_plan **out);
 
 // Frees a plan. NULL does nothing. No run may be using it.
 //
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
+//
+// # Safety
+// No other thread is inside a call on `plan` (a `gs_run` given it in its options included)
+// during this call.
 void gs_plan_free(struct gs_plan *plan);
 
-// Bytes of the plan's arena, and the max-live lower bound of its order (either may be NULL).
+// Bytes of the plan's arena, and the max-live lower bound of its order (either may be NULL). The
+// bound counts every value apart: with in-place nodes (`GS_NODE_IN_PLACE`), whose outputs share
+// their input's bytes, the arena can be smaller.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //
 // # Safety
-// `arena_bytes` and `lower_bound_bytes` are NULL or writable.
+// `arena_bytes` and `lower_bound_bytes` are NULL or writable; no other thread frees `plan`
+// during this call.
 gs_status gs_plan_bytes(const struct gs_plan *plan,
                         uint64_t *arena_bytes,
                         uint64_t *lower_bound_bytes);
@@ -619,6 +695,9 @@ gs_status gs_pool_new(const struct gs_pool_config *config, struct gs_pool **out)
 //
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
+//
+// # Safety
+// No other thread is inside a call on `pool` (a `gs_run` on it included) during this call.
 void gs_pool_free(struct gs_pool *pool);
 
 // A block of at least `nbytes`, not cleared: 16-byte aligned, and 64-byte aligned when
@@ -626,11 +705,17 @@ void gs_pool_free(struct gs_pool *pool);
 //
 // The caller owns the block until `gs_pool_release`; freeing the pool frees it too.
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `pool` during this call.
 gs_status gs_pool_acquire(struct gs_pool *pool, size_t nbytes, void **out);
 
 // Like `gs_pool_acquire`, with the first `nbytes` cleared to zero.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// As for `gs_pool_acquire`.
 gs_status gs_pool_acquire_zeroed(struct gs_pool *pool, size_t nbytes, void **out);
 
 // Gives back a block from `gs_pool_acquire`. Releasing a pointer twice, or one the pool did not
@@ -639,21 +724,35 @@ gs_status gs_pool_acquire_zeroed(struct gs_pool *pool, size_t nbytes, void **out
 // Only blocks from `gs_pool_acquire*`: buffers a run handed to a kernel or a result belong to the
 // run.
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// If `ptr` is a block of `pool` from `gs_pool_acquire*`, not yet released, nobody uses it after
+// this call (the pool may hand its bytes to another caller at once); no other thread frees
+// `pool` during this call.
 gs_status gs_pool_release(struct gs_pool *pool, void *ptr);
 
 // The pool's counters.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `pool` during this call.
 gs_status gs_pool_get_stats(const struct gs_pool *pool, struct gs_pool_stats *out);
 
 // Restarts peak tracking from the current levels.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `pool` during this call.
 gs_status gs_pool_reset_peaks(struct gs_pool *pool);
 
 // Returns all cached memory to the system.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `pool` during this call.
 gs_status gs_pool_trim(struct gs_pool *pool);
 
 // Runs a finalized graph with buffers from `pool`. On success `*out` holds the graph outputs
@@ -665,7 +764,10 @@ gs_status gs_pool_trim(struct gs_pool *pool);
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //
 // # Safety
-// `options` is NULL or readable, with its arrays; `out` is writable.
+// `options` is NULL or readable, with its arrays; `out` is writable; each binding's
+// `tensor.data` is readable for `tensor.nbytes` bytes, and nothing writes it, until the call
+// returns; no other thread frees `graph`, `pool`, or the executor, plan or cancel token of
+// `options` during this call.
 gs_status gs_run(const struct gs_graph *graph,
                  struct gs_pool *pool,
                  const struct gs_run_options *options,
@@ -675,6 +777,9 @@ gs_status gs_run(const struct gs_graph *graph,
 //
 // The descriptor's data stays valid until `gs_result_free`; the result owns it.
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `result` during this call.
 gs_status gs_result_output(const struct gs_run_result *result,
                            struct gs_value value,
                            struct gs_tensor *out);
@@ -682,6 +787,9 @@ gs_status gs_result_output(const struct gs_run_result *result,
 // Statistics of the run.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `result` during this call.
 gs_status gs_result_stats(const struct gs_run_result *result, struct gs_run_stats *out);
 
 // Writes a traced run (`GS_RUN_TRACE`) as Chrome trace-event JSON to `path`: one track per
@@ -691,7 +799,7 @@ gs_status gs_result_stats(const struct gs_run_result *result, struct gs_run_stat
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //
 // # Safety
-// `path` is NUL-terminated.
+// `path` is NUL-terminated; no other thread frees `result` during this call.
 gs_status gs_result_write_trace(const struct gs_run_result *result, const char *path);
 
 // Frees a result; its output buffers go back to the pool. NULL does nothing.
@@ -699,6 +807,9 @@ gs_status gs_result_write_trace(const struct gs_run_result *result, const char *
 // Returns the result's buffers to its pool, which the result keeps alive until then.
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
+//
+// # Safety
+// No other thread is inside a call on `result` during this call.
 void gs_result_free(struct gs_run_result *result);
 
 // Simulates a run of a finalized graph with the executor's policy on `threads` threads, using
@@ -708,7 +819,7 @@ void gs_result_free(struct gs_run_result *result);
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //
 // # Safety
-// `options` is readable; `out` is writable.
+// `options` is readable; `out` is writable; no other thread frees `graph` during this call.
 gs_status gs_simulate(const struct gs_graph *graph,
                       const struct gs_sim_options *options,
                       struct gs_sim_result *out);

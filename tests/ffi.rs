@@ -27,16 +27,19 @@ fn expect(seen: &mut BTreeSet<i32>, status: gs_status, want: gs_status, needle: 
 
 unsafe extern "C" fn fill_kernel(ctx: *mut gs_kernel_ctx, user: *mut c_void) -> i32 {
     let value = user as usize as u8;
-    let out = gs_ctx_output(ctx, 0);
+    // SAFETY: the context this kernel received, on its thread, while it runs.
+    let out = unsafe { gs_ctx_output(ctx, 0) };
     // SAFETY: a static output is allocated with `nbytes` bytes while the kernel runs.
     unsafe { std::ptr::write_bytes((*out).data as *mut u8, value, (*out).nbytes) };
     0
 }
 
 unsafe extern "C" fn add_kernel(ctx: *mut gs_kernel_ctx, _user: *mut c_void) -> i32 {
-    let n = gs_ctx_num_inputs(ctx);
-    let out = gs_ctx_output(ctx, 0);
-    // SAFETY: inputs and output are valid for `nbytes` while the kernel runs.
+    // SAFETY: the context this kernel received, on its thread, while it runs.
+    let n = unsafe { gs_ctx_num_inputs(ctx) };
+    // SAFETY: as above.
+    let out = unsafe { gs_ctx_output(ctx, 0) };
+    // SAFETY: inputs and output are valid for `nbytes` while the kernel runs; `ctx` as above.
     unsafe {
         let dst = std::slice::from_raw_parts_mut((*out).data as *mut u8, (*out).nbytes);
         dst.fill(0);
@@ -49,23 +52,24 @@ unsafe extern "C" fn add_kernel(ctx: *mut gs_kernel_ctx, _user: *mut c_void) -> 
         }
     }
     // Out of range: NULL, not a crash.
-    if !gs_ctx_input(ctx, n).is_null() || !gs_ctx_output(ctx, 5).is_null() {
+    // SAFETY: `ctx` as above.
+    if unsafe { !gs_ctx_input(ctx, n).is_null() || !gs_ctx_output(ctx, 5).is_null() } {
         return 99;
     }
     0
 }
 
 unsafe extern "C" fn failing_kernel(ctx: *mut gs_kernel_ctx, _user: *mut c_void) -> i32 {
-    // SAFETY: a static C string.
+    // SAFETY: the context this kernel received, on its thread, while it runs; a static C string.
     unsafe { gs_ctx_set_error(ctx, c"bad shape".as_ptr()) };
     7
 }
 
 unsafe extern "C" fn dynamic_kernel(ctx: *mut gs_kernel_ctx, _user: *mut c_void) -> i32 {
     let mut t: *mut Tensor = null_mut();
-    // SAFETY: `t` is writable.
+    // SAFETY: the context this kernel received, on its thread, while it runs; `t` is writable.
     let first = unsafe { gs_ctx_alloc_output(ctx, 0, 48, &mut t) };
-    // SAFETY: a NULL `out` is allowed.
+    // SAFETY: `ctx` as above; a NULL `out` is allowed.
     let again = unsafe { gs_ctx_alloc_output(ctx, 0, 48, null_mut()) };
     if first != gs_status::GS_OK || again != gs_status::GS_ERR_INVALID_ARGUMENT || t.is_null() {
         return 1;
@@ -94,7 +98,8 @@ fn desc(name: &CStr, kernel: gs_kernel_fn, inputs: &[ValueRef], sizes: &[usize],
 
 fn new_graph() -> *mut gs_graph {
     let mut g = null_mut();
-    assert_eq!(gs_graph_new(&mut g), gs_status::GS_OK);
+    // SAFETY: `g` is writable.
+    assert_eq!(unsafe { gs_graph_new(&mut g) }, gs_status::GS_OK);
     g
 }
 
@@ -107,7 +112,8 @@ fn new_pool() -> *mut gs_pool {
 
 fn live_bytes(p: *mut gs_pool) -> u64 {
     let mut s = PoolStats::default();
-    assert_eq!(gs_pool_get_stats(p, &mut s), gs_status::GS_OK);
+    // SAFETY: `s` is writable; the caller's pool is freed by no other thread.
+    assert_eq!(unsafe { gs_pool_get_stats(p, &mut s) }, gs_status::GS_OK);
     s.live_bytes
 }
 
@@ -746,37 +752,45 @@ fn every_status_is_produced_by_some_misuse() {
 #[test]
 fn a_freed_handle_stays_invalid_after_its_memory_is_reused() {
     let first = new_graph();
-    gs_graph_free(first);
-    let handles: Vec<*mut gs_graph> = (0..64).map(|_| new_graph()).collect();
-    assert!(!handles.contains(&first), "handles are never reused");
-    assert_eq!(gs_graph_finalize(first), gs_status::GS_ERR_INVALID_HANDLE);
-    for h in handles {
-        gs_graph_free(h);
+    // SAFETY: (whole test) the handles are this thread's alone; a freed one is rejected by the
+    // registry before any dereference.
+    unsafe {
+        gs_graph_free(first);
+        let handles: Vec<*mut gs_graph> = (0..64).map(|_| new_graph()).collect();
+        assert!(!handles.contains(&first), "handles are never reused");
+        assert_eq!(gs_graph_finalize(first), gs_status::GS_ERR_INVALID_HANDLE);
+        for h in handles {
+            gs_graph_free(h);
+        }
     }
 }
 
 #[test]
 fn kernel_context_rejects_bad_pointers() {
-    assert_eq!(gs_ctx_num_inputs(null()), 0);
-    assert!(gs_ctx_input(null(), 0).is_null());
-    assert!(last_error().contains("'ctx' is NULL"));
-    let garbage = [0u64; 4];
-    assert!(gs_ctx_output(garbage.as_ptr() as *mut gs_kernel_ctx, 0).is_null());
-    assert!(last_error().contains("not the context of a running kernel"));
-    assert_eq!(
-        // SAFETY: NULL output pointer is allowed; the context is rejected first.
-        unsafe { gs_ctx_alloc_output(null_mut(), 0, 8, null_mut()) },
-        gs_status::GS_ERR_NULL_ARGUMENT
-    );
-    assert!(gs_ctx_node_name(null()).is_null());
-    assert_eq!(gs_ctx_num_outputs(garbage.as_ptr() as *const gs_kernel_ctx), 0);
-    assert_eq!(gs_ctx_output_in_place(null(), 0), 0);
-    let mut p: *mut c_void = null_mut();
-    assert_eq!(
-        gs_pool_acquire_zeroed(null_mut(), 64, &mut p),
-        gs_status::GS_ERR_NULL_ARGUMENT
-    );
-    assert!(p.is_null());
+    // SAFETY: (whole block) contexts are NULL, or a readable zeroed array whose tag the check
+    // rejects before anything else is read; the pool is NULL and `p` is writable.
+    unsafe {
+        assert_eq!(gs_ctx_num_inputs(null()), 0);
+        assert!(gs_ctx_input(null(), 0).is_null());
+        assert!(last_error().contains("'ctx' is NULL"));
+        let garbage = [0u64; 4];
+        assert!(gs_ctx_output(garbage.as_ptr() as *mut gs_kernel_ctx, 0).is_null());
+        assert!(last_error().contains("not the context of a running kernel"));
+        assert_eq!(
+            // NULL output pointer is allowed; the context is rejected first.
+            gs_ctx_alloc_output(null_mut(), 0, 8, null_mut()),
+            gs_status::GS_ERR_NULL_ARGUMENT
+        );
+        assert!(gs_ctx_node_name(null()).is_null());
+        assert_eq!(gs_ctx_num_outputs(garbage.as_ptr() as *const gs_kernel_ctx), 0);
+        assert_eq!(gs_ctx_output_in_place(null(), 0), 0);
+        let mut p: *mut c_void = null_mut();
+        assert_eq!(
+            gs_pool_acquire_zeroed(null_mut(), 64, &mut p),
+            gs_status::GS_ERR_NULL_ARGUMENT
+        );
+        assert!(p.is_null());
+    }
     // The only call that cannot be misused: it agrees with the header's number.
     assert_eq!(gs_version_number(), GS_VERSION_NUMBER);
 }

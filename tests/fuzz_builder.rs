@@ -63,12 +63,14 @@ proptest! {
     #[test]
     fn finalize_succeeds_with_a_valid_order_or_fails_with_a_status(ops in prop::collection::vec(op(), 1..60)) {
         let mut g = null_mut();
-        prop_assert_eq!(gs_graph_new(&mut g), gs_status::GS_OK);
+        // SAFETY: `g` is writable.
+        prop_assert_eq!(unsafe { gs_graph_new(&mut g) }, gs_status::GS_OK);
         // What was accepted: per node id, the nodes it reads.
         let mut reads: Vec<Vec<u32>> = Vec::new();
         let mut finalized = false;
         for op in ops {
-            // SAFETY: (block) arguments are NULL, live locals, or the live graph handle.
+            // SAFETY: (block) arguments are NULL, live locals, or the live graph handle, which is
+            // this thread's alone; the kernel does nothing, from any thread.
             let status = unsafe {
                 match &op {
                     Op::Input { name, size } => {
@@ -140,7 +142,8 @@ proptest! {
                 }
             }
         }
-        gs_graph_free(g);
+        // SAFETY: no call is using `g`, which is this thread's alone.
+        unsafe { gs_graph_free(g) };
     }
 }
 

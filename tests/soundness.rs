@@ -69,7 +69,8 @@ fn c_chain(n: usize, bytes: usize) -> *mut gs_graph {
         0
     }
     let mut g = null_mut();
-    assert_eq!(gs_graph_new(&mut g), gs_status::GS_OK);
+    // SAFETY: `g` is writable.
+    assert_eq!(unsafe { gs_graph_new(&mut g) }, gs_status::GS_OK);
     let mut prev: Option<u32> = None;
     for i in 0..n {
         let name = std::ffi::CString::new(format!("c{i}")).unwrap();
@@ -89,15 +90,18 @@ fn c_chain(n: usize, bytes: usize) -> *mut gs_graph {
             in_place_input: 0,
         };
         let mut id = 0;
-        // SAFETY: the descriptor and what it points to live across the call.
+        // SAFETY: the descriptor and what it points to live across the call; the kernel does
+        // nothing, from any thread; `g` is this thread's alone.
         assert_eq!(unsafe { gs_graph_add_node(g, &desc, &mut id) }, gs_status::GS_OK);
         prev = Some(id);
     }
     assert_eq!(
-        gs_graph_mark_output(g, ValueRef::new(prev.unwrap(), 0)),
+        // SAFETY: `g` is this thread's alone.
+        unsafe { gs_graph_mark_output(g, ValueRef::new(prev.unwrap(), 0)) },
         gs_status::GS_OK
     );
-    assert_eq!(gs_graph_finalize(g), gs_status::GS_OK);
+    // SAFETY: as above.
+    assert_eq!(unsafe { gs_graph_finalize(g) }, gs_status::GS_OK);
     g
 }
 
@@ -105,7 +109,11 @@ fn c_chain(n: usize, bytes: usize) -> *mut gs_graph {
 fn the_c_api_refuses_a_foreign_plan_with_a_sentence() {
     let (a, b) = (c_chain(3, 64), c_chain(3, 1 << 20));
     let mut plan = null_mut();
-    assert_eq!(gs_plan_new(a, GS_PLAN_SEQUENTIAL, &mut plan), gs_status::GS_OK);
+    assert_eq!(
+        // SAFETY: `a` is this thread's alone; `plan` is writable.
+        unsafe { gs_plan_new(a, GS_PLAN_SEQUENTIAL, &mut plan) },
+        gs_status::GS_OK
+    );
     let mut pool = null_mut();
     // SAFETY: NULL config means defaults; `pool` is writable.
     assert_eq!(unsafe { gs_pool_new(null(), &mut pool) }, gs_status::GS_OK);
@@ -125,11 +133,68 @@ fn the_c_api_refuses_a_foreign_plan_with_a_sentence() {
     assert!(result.is_null());
     // SAFETY: as above.
     assert_eq!(unsafe { gs_run(a, pool, &options, &mut result) }, gs_status::GS_OK);
-    gs_result_free(result);
-    gs_plan_free(plan);
-    gs_pool_free(pool);
-    gs_graph_free(a);
-    gs_graph_free(b);
+    // SAFETY: every handle is this thread's alone, and no call is using it.
+    unsafe {
+        gs_result_free(result);
+        gs_plan_free(plan);
+        gs_pool_free(pool);
+        gs_graph_free(a);
+        gs_graph_free(b);
+    }
+}
+
+/// A run's buffers belong to the run: `gs_pool_release` on one (a graph output's data, here)
+/// used to succeed, hand the bytes to the next acquire, and free them again with the result.
+#[test]
+fn the_pool_refuses_to_release_a_buffer_of_a_run() {
+    let g = c_chain(2, 4096);
+    let mut pool = null_mut();
+    // SAFETY: NULL config means defaults; `pool` is writable.
+    assert_eq!(unsafe { gs_pool_new(null(), &mut pool) }, gs_status::GS_OK);
+    let mut result = null_mut();
+    // SAFETY: live handles, NULL options, writable out.
+    assert_eq!(unsafe { gs_run(g, pool, null(), &mut result) }, gs_status::GS_OK);
+    let mut out = graphsched::Tensor::empty();
+    // SAFETY: live result, writable out.
+    assert_eq!(
+        unsafe { gs_result_output(result, ValueRef::new(1, 0), &mut out) },
+        gs_status::GS_OK
+    );
+    // SAFETY: the pool refuses the pointer before touching it.
+    let status = unsafe { gs_pool_release(pool, out.data) };
+    assert_eq!(status, gs_status::GS_ERR_UNKNOWN_POINTER);
+    // SAFETY: the last error is this thread's valid C string.
+    let message = unsafe { CStr::from_ptr(gs_last_error_message()) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(message.contains("graph run"), "{message}");
+    let mut stats = graphsched::PoolStats::default();
+    // SAFETY: live pool, writable out.
+    unsafe { gs_pool_get_stats(pool, &mut stats) };
+    assert_eq!(stats.live_bytes, 4096, "the output is still the result's");
+    // SAFETY: every handle is this thread's alone, and no call is using it.
+    unsafe {
+        gs_result_free(result);
+        gs_pool_get_stats(pool, &mut stats);
+        gs_pool_free(pool);
+        gs_graph_free(g);
+    }
+    assert_eq!(stats.live_bytes, 0);
+}
+
+/// With red zones on, `live_bytes` still counts the bytes callers asked for, not the guards.
+#[test]
+fn red_zones_are_not_counted_as_live_bytes() {
+    let pool = Pool::new(graphsched::PoolConfig {
+        red_zones: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let p = pool.acquire(100, false).unwrap();
+    assert_eq!(pool.stats().live_bytes, 100);
+    // SAFETY: acquired above, not used after.
+    unsafe { pool.release(p) }.unwrap();
+    assert_eq!(pool.stats().live_bytes, 0);
 }
 
 #[test]
@@ -395,4 +460,63 @@ fn the_default_builder_is_a_new_builder() {
     let graph = Arc::new(b.finalize().unwrap());
     let pool = Arc::new(Pool::default());
     assert!(run(&graph, &pool, &RunOptions::default()).is_ok());
+}
+
+/// An in-place output smaller than the input it takes over lives in the input's larger block:
+/// the red-zone check must look for the guards where that block ends, not blame the reader.
+#[test]
+fn red_zones_follow_an_in_place_output_into_its_larger_block() {
+    let mut b = GraphBuilder::new();
+    let a = b.add_node(NodeDesc::new("A", "Make", noop()).output(48)).unwrap();
+    let shrink = NodeDesc::new("B", "Shrink", noop())
+        .input(ValueRef::new(a, 0))
+        .output(16)
+        .in_place(0, 0);
+    let bn = b.add_node(shrink).unwrap();
+    let c = b
+        .add_node(
+            NodeDesc::new("C", "Read", noop())
+                .input(ValueRef::new(bn, 0))
+                .output(16),
+        )
+        .unwrap();
+    b.mark_output(ValueRef::new(c, 0)).unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let config = graphsched::PoolConfig {
+        red_zones: 1,
+        ..Default::default()
+    };
+    let pool = Arc::new(Pool::new(config).unwrap());
+    let r = run(&graph, &pool, &RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    drop(r);
+    assert_eq!(pool.stats().live_bytes, 0);
+}
+
+/// A traced run of a graph with no operator still has a (nearly empty) trace to write.
+#[test]
+fn a_traced_run_without_operators_has_a_trace() {
+    let mut b = GraphBuilder::new();
+    let x = b.add_input("x", 16).unwrap();
+    b.mark_output(x).unwrap_or(());
+    let graph = Arc::new(b.finalize().unwrap());
+    let input = AlignedBuf::new(16, 1);
+    let bindings = [InputBinding::new(x, input.bytes())];
+    let pool = Arc::new(Pool::default());
+    let options = RunOptions {
+        inputs: &bindings,
+        trace: true,
+        ..Default::default()
+    };
+    let r = run(&graph, &pool, &options).unwrap();
+    assert!(r.chrome_trace().is_some());
+    let untraced = run(
+        &graph,
+        &pool,
+        &RunOptions {
+            trace: false,
+            ..options
+        },
+    )
+    .unwrap();
+    assert!(untraced.chrome_trace().is_none());
 }

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
-use crate::pool::Pool;
+use crate::pool::{Owner, Pool};
 use crate::tensor::{Tensor, ALIGNMENT};
 
 /// The inputs, outputs and services of one node while its kernel runs.
@@ -124,7 +124,7 @@ impl KernelCtx<'_> {
             let until = self.graph.release_tick(value).map_or(crate::pool::NEVER, u64::from);
             let block = self
                 .pool
-                .acquire_until(nbytes, self.graph.zero_output(self.node), until)
+                .acquire_until(nbytes, self.graph.zero_output(self.node), until, Owner::Run)
                 .map_err(|e| {
                     crate::error::Error::new(
                         e.kind(),
@@ -134,7 +134,7 @@ impl KernelCtx<'_> {
             self.acquired += 1;
             block.as_ptr().cast()
         };
-        self.buffers[i] = Buffer { ptr, capacity: nbytes };
+        self.buffers[i] = Buffer::new(ptr, nbytes);
         // Keep a dtype or shape the kernel set before allocating.
         self.outputs[i].data = ptr;
         self.outputs[i].nbytes = nbytes;
@@ -157,12 +157,26 @@ impl KernelCtx<'_> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Buffer {
     pub ptr: *mut c_void,
+    /// Bytes of the value: what the run accounts for.
     pub capacity: usize,
+    /// Bytes of the pool block at `ptr`, where its red zones are: `capacity`, except for an
+    /// in-place output that took over a larger input's block.
+    pub block: usize,
 }
 
 impl Buffer {
     pub const NONE: Buffer = Buffer {
         ptr: std::ptr::null_mut(),
         capacity: 0,
+        block: 0,
     };
+
+    /// A whole block of `capacity` bytes.
+    pub fn new(ptr: *mut c_void, capacity: usize) -> Buffer {
+        Buffer {
+            ptr,
+            capacity,
+            block: capacity,
+        }
+    }
 }

@@ -159,6 +159,8 @@ pub struct RunResult {
     arena: Buffer,
     stats: RunStats,
     events: Vec<NodeEvent>,
+    /// The run recorded its events (`RunOptions::trace`); a graph without operators has none.
+    traced: bool,
 }
 
 // SAFETY: a result owns its output buffers exclusively (nothing else frees or writes them until
@@ -226,7 +228,7 @@ impl RunResult {
     /// The run as Chrome trace-event JSON (see [`crate::trace::chrome_trace`]); `None` unless the
     /// run was traced.
     pub fn chrome_trace(&self) -> Option<String> {
-        (self.stats.busy_ns > 0 || !self.events.is_empty())
+        self.traced
             .then(|| crate::trace::chrome_trace(&self.graph, &self.events))
     }
 }
@@ -326,6 +328,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         arena,
         stats,
         events,
+        traced: options.trace,
     })
 }
 

@@ -26,7 +26,7 @@ use super::run::InputBinding;
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::plan::Plan;
-use crate::pool::{Pool, NEVER};
+use crate::pool::{sanitize, Owner, Pool, NEVER};
 use crate::sched::{Admission, Priorities};
 use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
 
@@ -295,12 +295,9 @@ impl<'r> RunState<'r> {
         let Some(plan) = self.plan else { return Ok(()) };
         if plan.arena_bytes() > 0 {
             let bytes = plan.arena_bytes() as usize;
-            let block = self.pool.acquire(bytes, false)?;
+            let block = self.pool.acquire_until(bytes, false, NEVER, Owner::Run)?;
             self.acquires.fetch_add(1, Ordering::Relaxed);
-            self.arena = Buffer {
-                ptr: block.as_ptr().cast(),
-                capacity: bytes,
-            };
+            self.arena = Buffer::new(block.as_ptr().cast(), bytes);
         }
         Ok(())
     }
@@ -350,8 +347,8 @@ impl<'r> RunState<'r> {
         }
         let g = self.graph;
         let intact = |b: Buffer| match std::ptr::NonNull::new(b.ptr.cast::<u8>()) {
-            // SAFETY: `b` is a live pool block of this run, `capacity` bytes long.
-            Some(p) if b.capacity > 0 && !self.in_arena(b) => unsafe { self.pool.guards_intact(p, b.capacity) },
+            // SAFETY: `b` is a live pool block of this run, `block` bytes long.
+            Some(p) if b.capacity > 0 && !self.in_arena(b) => unsafe { self.pool.guards_intact(p, b.block) },
             _ => true,
         };
         for (k, &b) in buffers.iter().enumerate() {
@@ -427,19 +424,14 @@ impl<'r> RunState<'r> {
         };
         cache.streak = (n, count);
         let mut fresh = Vec::with_capacity(count);
-        if let Err(e) = self.pool.acquire_many(n, count, &mut fresh) {
-            release_many(
-                self.pool,
-                fresh.into_iter().map(|p| Buffer {
-                    ptr: p.as_ptr().cast(),
-                    capacity: n,
-                }),
-            );
+        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, &mut fresh) {
+            release_many(self.pool, fresh.into_iter().map(|p| Buffer::new(p.as_ptr().cast(), n)));
             return Err(e);
         }
-        cache.blocks.extend(fresh.into_iter().map(|p| Buffer {
-            ptr: p.as_ptr().cast(),
-            capacity: n,
+        // Parked: a checker (ASan, valgrind) reports any touch until a node is handed one.
+        cache.blocks.extend(fresh.into_iter().map(|p| {
+            sanitize::hide(p.as_ptr(), n);
+            Buffer::new(p.as_ptr().cast(), n)
         }));
         Ok(count as u64)
     }
@@ -809,6 +801,7 @@ impl<'r> RunState<'r> {
                     buffer = Buffer {
                         ptr: held.ptr,
                         capacity: n,
+                        block: held.block,
                     };
                     *taken = Some(input);
                     in_place_output = Some((v - values.start) as usize);
@@ -820,10 +813,7 @@ impl<'r> RunState<'r> {
                     if self.plan.is_some_and(|p| p.alias_of(v).is_some()) {
                         in_place_output = Some((v - values.start) as usize);
                     }
-                    buffer = Buffer {
-                        ptr: (self.arena.ptr as usize + offset as usize) as *mut c_void,
-                        capacity: n,
-                    };
+                    buffer = Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n);
                     if g.zero_output(node) {
                         // SAFETY: the plan gives this value `n` bytes of the arena, which no value
                         // live at the same time overlaps.
@@ -837,6 +827,7 @@ impl<'r> RunState<'r> {
                     *acquires += self.refill(cache, n)?;
                     let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
                     buffer = cache.blocks.swap_remove(i);
+                    sanitize::reveal(buffer.ptr.cast(), n);
                     if g.zero_output(node) {
                         // SAFETY: the cached block holds `n` bytes and is this node's alone.
                         unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
@@ -846,13 +837,10 @@ impl<'r> RunState<'r> {
                     continue;
                 }
                 let until = g.release_tick(v).map_or(NEVER, u64::from);
-                match self.pool.acquire_until(n, g.zero_output(node), until) {
+                match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
                     Ok(p) => {
                         *acquires += 1;
-                        buffer = Buffer {
-                            ptr: p.as_ptr().cast(),
-                            capacity: n,
-                        }
+                        buffer = Buffer::new(p.as_ptr().cast(), n)
                     }
                     Err(e) => {
                         for (k, &b) in buffers.iter().enumerate() {
@@ -1037,6 +1025,9 @@ impl<'r> RunState<'r> {
         }
         match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
             Some(cache) => {
+                // Parked until a node of this thread takes it: a kernel that kept a pointer to
+                // the value and reads it now is reported by the checkers.
+                sanitize::hide(value.buffer.ptr.cast(), bytes);
                 cache.blocks.push(value.buffer);
                 if cache.blocks.len() > CACHE_BLOCKS {
                     release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2));
@@ -1114,7 +1105,7 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -
 fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
     let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
     // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
-    unsafe { pool.release_many(blocks) }.expect("a run releases only blocks it acquired, once");
+    unsafe { pool.release_many(blocks, Owner::Run) }.expect("a run releases only blocks it acquired, once");
 }
 
 /// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
@@ -1125,7 +1116,7 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
     }
     if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
         // SAFETY: as in `release_many`.
-        match unsafe { pool.release(p) } {
+        match unsafe { pool.release_by(p, Owner::Run) } {
             // A red zone overwritten: the block is back in the pool, and the run has already
             // named the node that did it (see `check_red_zones`).
             Err(e) if e.kind() == ErrorKind::KernelFailed => {}

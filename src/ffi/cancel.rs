@@ -18,8 +18,11 @@ impl Handle for gs_cancel_token {
 ///
 /// The token must outlive every run that uses it.
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable.
 #[no_mangle]
-pub extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> gs_status {
+pub unsafe extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> gs_status {
     guard(|| {
         // SAFETY: writable by contract.
         let out = unsafe { out_arg(out, "out") }?;
@@ -34,8 +37,12 @@ pub extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> gs_stat
 ///
 /// Thread-safe with respect to other handles; no other call may be using this handle, on any
 /// thread.
+///
+/// # Safety
+/// No other thread is inside a call on `token` (a `gs_run` given it in its options included)
+/// during this call.
 #[no_mangle]
-pub extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
+pub unsafe extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(token, "token") };
@@ -48,8 +55,11 @@ pub extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
 /// was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `token` during this call.
 #[no_mangle]
-pub extern "C" fn gs_cancel_token_cancel(token: *const gs_cancel_token) -> i32 {
+pub unsafe extern "C" fn gs_cancel_token_cancel(token: *const gs_cancel_token) -> i32 {
     let mut result = -1;
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).

@@ -67,8 +67,12 @@ unsafe fn ctx<'a>(c: *const gs_kernel_ctx) -> FfiResult<&'a mut KernelCtx<'stati
 /// Number of inputs of the running node; 0 for a bad context.
 ///
 /// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
 #[no_mangle]
-pub extern "C" fn gs_ctx_num_inputs(c: *const gs_kernel_ctx) -> u32 {
+pub unsafe extern "C" fn gs_ctx_num_inputs(c: *const gs_kernel_ctx) -> u32 {
     let mut n = 0;
     // SAFETY: `c` comes from the kernel's arguments (C contract).
     guard(|| unsafe { ctx(c) }.map(|x| n = x.num_inputs() as u32));
@@ -78,8 +82,12 @@ pub extern "C" fn gs_ctx_num_inputs(c: *const gs_kernel_ctx) -> u32 {
 /// Number of outputs of the running node; 0 for a bad context.
 ///
 /// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
 #[no_mangle]
-pub extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
+pub unsafe extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
     let mut n = 0;
     // SAFETY: as above.
     guard(|| unsafe { ctx(c) }.map(|x| n = x.num_outputs() as u32));
@@ -90,8 +98,12 @@ pub extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
 ///
 /// The descriptor and its data stay valid until the kernel returns; never keep the pointer.
 /// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
 #[no_mangle]
-pub extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const Tensor {
+pub unsafe extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const Tensor {
     let mut t = std::ptr::null();
     guard(|| {
         // SAFETY: as above.
@@ -114,8 +126,12 @@ pub extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const Tensor
 ///
 /// The descriptor and its data stay valid until the kernel returns; the run owns the buffer.
 /// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
 #[no_mangle]
-pub extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
+pub unsafe extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
     let mut t = std::ptr::null_mut();
     guard(|| {
         // SAFETY: as above.
@@ -139,7 +155,8 @@ pub extern "C" fn gs_ctx_output(c: *mut gs_kernel_ctx, i: u32) -> *mut Tensor {
 /// Only inside the kernel call that received `ctx`, on its thread.
 ///
 /// # Safety
-/// `out` is NULL or writable.
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gs_ctx_alloc_output(
     c: *mut gs_kernel_ctx,
@@ -164,7 +181,8 @@ pub unsafe extern "C" fn gs_ctx_alloc_output(
 /// Only inside the kernel call that received `ctx`, on its thread.
 ///
 /// # Safety
-/// `message` is NULL or NUL-terminated.
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns; `message` is NULL or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn gs_ctx_set_error(c: *mut gs_kernel_ctx, message: *const c_char) {
     let _ = guard(|| {
@@ -186,8 +204,12 @@ pub unsafe extern "C" fn gs_ctx_set_error(c: *mut gs_kernel_ctx, message: *const
 ///
 /// The name stays valid as long as the graph.
 /// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
 #[no_mangle]
-pub extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
+pub unsafe extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
     let mut name = std::ptr::null();
     guard(|| {
         // SAFETY: as above.
@@ -203,8 +225,12 @@ pub extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_char {
 /// or for a bad context or index.
 ///
 /// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
 #[no_mangle]
-pub extern "C" fn gs_ctx_output_in_place(c: *const gs_kernel_ctx, i: u32) -> i32 {
+pub unsafe extern "C" fn gs_ctx_output_in_place(c: *const gs_kernel_ctx, i: u32) -> i32 {
     let mut yes = 0;
     guard(|| {
         // SAFETY: `c` comes from the kernel's arguments (C contract).

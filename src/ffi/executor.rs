@@ -49,8 +49,12 @@ pub unsafe extern "C" fn gs_executor_new(config: *const gs_executor_config, out:
 /// Waits for its worker threads to stop.
 /// Thread-safe with respect to other handles; no other call may be using this handle, on any
 /// thread.
+///
+/// # Safety
+/// No other thread is inside a call on `executor` (a `gs_run` given it in its options included)
+/// during this call.
 #[no_mangle]
-pub extern "C" fn gs_executor_free(executor: *mut gs_executor) {
+pub unsafe extern "C" fn gs_executor_free(executor: *mut gs_executor) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(executor, "executor") };
@@ -61,8 +65,11 @@ pub extern "C" fn gs_executor_free(executor: *mut gs_executor) {
 /// Threads the executor runs on, the caller's included; 0 (last error set) for a bad handle.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `executor` during this call.
 #[no_mangle]
-pub extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u32 {
+pub unsafe extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u32 {
     let mut threads = 0;
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).

@@ -72,8 +72,11 @@ pub struct gs_node_desc {
 /// Makes an empty graph.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable.
 #[no_mangle]
-pub extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
+pub unsafe extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
     guard(|| {
         // SAFETY: `out` is NULL or writable (C contract).
         let out = unsafe { out_arg(out, "out") }?;
@@ -89,8 +92,12 @@ pub extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
 ///
 /// Thread-safe with respect to other handles; no other call may be using this handle, on any
 /// thread.
+///
+/// # Safety
+/// No other thread is inside a call on `graph` (a `gs_run` or `gs_plan_new` on it included)
+/// during this call.
 #[no_mangle]
-pub extern "C" fn gs_graph_free(graph: *mut gs_graph) {
+pub unsafe extern "C" fn gs_graph_free(graph: *mut gs_graph) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(graph, "graph") };
@@ -105,7 +112,8 @@ pub extern "C" fn gs_graph_free(graph: *mut gs_graph) {
 /// calls took it).
 ///
 /// # Safety
-/// `name` is NUL-terminated; `out` is NULL or writable.
+/// `name` is NUL-terminated; `out` is NULL or writable; no other thread frees `graph` during
+/// this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_graph_add_input(
     graph: *mut gs_graph,
@@ -137,7 +145,9 @@ pub unsafe extern "C" fn gs_graph_add_input(
 /// calls took it).
 ///
 /// # Safety
-/// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable.
+/// `desc` and the arrays and strings it points to are readable; `out_node` is NULL or writable;
+/// no other thread frees `graph` during this call. `desc.kernel` may be called with
+/// `desc.user_data` from any thread, several calls at once, in every run of the graph.
 #[no_mangle]
 pub unsafe extern "C" fn gs_graph_add_node(
     graph: *mut gs_graph,
@@ -215,8 +225,11 @@ pub unsafe extern "C" fn gs_graph_add_node(
 ///
 /// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 /// calls took it).
+///
+/// # Safety
+/// No other thread frees `graph` during this call.
 #[no_mangle]
-pub extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) -> gs_status {
+pub unsafe extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
@@ -229,8 +242,11 @@ pub extern "C" fn gs_graph_mark_output(graph: *mut gs_graph, value: ValueRef) ->
 ///
 /// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 /// calls took it).
+///
+/// # Safety
+/// No other thread frees `graph` during this call.
 #[no_mangle]
-pub extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
+pub unsafe extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
@@ -247,8 +263,11 @@ pub extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
 /// Figures of a finalized graph.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `graph` during this call.
 #[no_mangle]
-pub extern "C" fn gs_graph_get_info(graph: *const gs_graph, out: *mut GraphInfo) -> gs_status {
+pub unsafe extern "C" fn gs_graph_get_info(graph: *const gs_graph, out: *mut GraphInfo) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
@@ -259,8 +278,12 @@ pub extern "C" fn gs_graph_get_info(graph: *const gs_graph, out: *mut GraphInfo)
     })
 }
 
-fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> FfiResult<()> {
-    // SAFETY: writable by contract; NULL is reported.
+/// Copies up to `capacity` of `ids` to `nodes` and their count to `*len`.
+///
+/// # Safety
+/// `nodes` is NULL or writable for `capacity` ids; `len` is NULL or writable.
+unsafe fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> FfiResult<()> {
+    // SAFETY: NULL or writable by contract; NULL is reported.
     let len = unsafe { out_arg(len, "len") }?;
     *len = ids.len();
     let n = ids.len().min(capacity);
@@ -271,7 +294,7 @@ fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> F
                 format!("argument 'nodes' is NULL but capacity is {capacity}"),
             ));
         }
-        // SAFETY: `nodes` is writable for `capacity` elements (C contract) and n <= capacity.
+        // SAFETY: non-NULL, so writable for `capacity` elements (contract), and n <= capacity.
         unsafe { std::ptr::copy_nonoverlapping(ids.as_ptr(), nodes, n) };
     }
     Ok(())
@@ -283,7 +306,8 @@ fn copy_ids(ids: &[u32], nodes: *mut u32, capacity: usize, len: *mut usize) -> F
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
-/// `nodes` is writable for `capacity` ids; `len` is writable.
+/// `nodes` is NULL or writable for `capacity` ids; `len` is writable; no other thread frees
+/// `graph` during this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_graph_critical_path(
     graph: *const gs_graph,
@@ -294,7 +318,8 @@ pub unsafe extern "C" fn gs_graph_critical_path(
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
-        copy_ids(g.compiled()?.critical_path(), nodes, capacity, len)
+        // SAFETY: `nodes` and `len` as the caller's contract states.
+        unsafe { copy_ids(g.compiled()?.critical_path(), nodes, capacity, len) }
     })
 }
 
@@ -314,7 +339,8 @@ pub unsafe extern "C" fn gs_graph_topological_order(
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
-        copy_ids(g.compiled()?.topological_order(), nodes, capacity, len)
+        // SAFETY: `nodes` and `len` as the caller's contract states.
+        unsafe { copy_ids(g.compiled()?.topological_order(), nodes, capacity, len) }
     })
 }
 
@@ -323,7 +349,7 @@ pub unsafe extern "C" fn gs_graph_topological_order(
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
-/// `name` is NUL-terminated; `out` is writable.
+/// `name` is NUL-terminated; `out` is writable; no other thread frees `graph` during this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_graph_find_node(graph: *const gs_graph, name: *const c_char, out: *mut u32) -> gs_status {
     guard(|| {
@@ -348,8 +374,11 @@ pub unsafe extern "C" fn gs_graph_find_node(graph: *const gs_graph, name: *const
 ///
 /// The name stays valid as long as the graph.
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `graph` during this call.
 #[no_mangle]
-pub extern "C" fn gs_graph_node_name(graph: *const gs_graph, node: u32) -> *const c_char {
+pub unsafe extern "C" fn gs_graph_node_name(graph: *const gs_graph, node: u32) -> *const c_char {
     let mut name = std::ptr::null();
     let status = guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).

@@ -10,11 +10,12 @@
 
 // C names, spelled as the header spells them.
 #![allow(non_camel_case_types)]
-// The exports are `extern "C"` functions for C callers. Those that only take handles and
-// out-pointers stay safe to call from Rust tests: handles are looked up in the registry before
-// any use, NULL is checked, and what is left (out-pointers valid for writes, no handle freed
-// while in use) is the C API's documented contract, as for any C library.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+// The exports are `extern "C"` functions for C callers, and this module is public, so Rust can
+// call them too. Every export that takes a pointer or a handle is `unsafe`: handles are looked
+// up in the registry before any use and NULL is checked, but what is left (pointers valid for
+// reads or writes, no handle freed while another thread is inside a call on it) is the caller's
+// to guarantee, and each function's `# Safety` section says exactly what. Only the exports
+// without pointer arguments are safe.
 
 mod cancel;
 mod ctx;

@@ -29,8 +29,11 @@ impl Handle for gs_plan {
 /// The plan belongs to this graph: it keeps the finalized graph alive and runs of any other graph
 /// refuse it. It must outlive every run that uses it.
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `graph` during this call.
 #[no_mangle]
-pub extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mut *mut gs_plan) -> gs_status {
+pub unsafe extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mut *mut gs_plan) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
@@ -59,8 +62,12 @@ pub extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mut *mut 
 ///
 /// Thread-safe with respect to other handles; no other call may be using this handle, on any
 /// thread.
+///
+/// # Safety
+/// No other thread is inside a call on `plan` (a `gs_run` given it in its options included)
+/// during this call.
 #[no_mangle]
-pub extern "C" fn gs_plan_free(plan: *mut gs_plan) {
+pub unsafe extern "C" fn gs_plan_free(plan: *mut gs_plan) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(plan, "plan") };
@@ -68,12 +75,15 @@ pub extern "C" fn gs_plan_free(plan: *mut gs_plan) {
     });
 }
 
-/// Bytes of the plan's arena, and the max-live lower bound of its order (either may be NULL).
+/// Bytes of the plan's arena, and the max-live lower bound of its order (either may be NULL). The
+/// bound counts every value apart: with in-place nodes (`GS_NODE_IN_PLACE`), whose outputs share
+/// their input's bytes, the arena can be smaller.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
-/// `arena_bytes` and `lower_bound_bytes` are NULL or writable.
+/// `arena_bytes` and `lower_bound_bytes` are NULL or writable; no other thread frees `plan`
+/// during this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_plan_bytes(
     plan: *const gs_plan,

@@ -45,8 +45,11 @@ pub unsafe extern "C" fn gs_pool_new(config: *const PoolConfig, out: *mut *mut g
 ///
 /// Thread-safe with respect to other handles; no other call may be using this handle, on any
 /// thread.
+///
+/// # Safety
+/// No other thread is inside a call on `pool` (a `gs_run` on it included) during this call.
 #[no_mangle]
-pub extern "C" fn gs_pool_free(pool: *mut gs_pool) {
+pub unsafe extern "C" fn gs_pool_free(pool: *mut gs_pool) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(pool, "pool") };
@@ -54,7 +57,11 @@ pub extern "C" fn gs_pool_free(pool: *mut gs_pool) {
     });
 }
 
-fn acquire(pool: *mut gs_pool, nbytes: usize, zero: bool, out: *mut *mut c_void) -> gs_status {
+/// `gs_pool_acquire` and `gs_pool_acquire_zeroed`.
+///
+/// # Safety
+/// As for `gs_pool_acquire`.
+unsafe fn acquire(pool: *mut gs_pool, nbytes: usize, zero: bool, out: *mut *mut c_void) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let p = unsafe { handle_ref(pool, "pool") }?;
@@ -70,17 +77,25 @@ fn acquire(pool: *mut gs_pool, nbytes: usize, zero: bool, out: *mut *mut c_void)
 ///
 /// The caller owns the block until `gs_pool_release`; freeing the pool frees it too.
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `pool` during this call.
 #[no_mangle]
-pub extern "C" fn gs_pool_acquire(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
-    acquire(pool, nbytes, false, out)
+pub unsafe extern "C" fn gs_pool_acquire(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
+    // SAFETY: the same contract.
+    unsafe { acquire(pool, nbytes, false, out) }
 }
 
 /// Like `gs_pool_acquire`, with the first `nbytes` cleared to zero.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// As for `gs_pool_acquire`.
 #[no_mangle]
-pub extern "C" fn gs_pool_acquire_zeroed(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
-    acquire(pool, nbytes, true, out)
+pub unsafe extern "C" fn gs_pool_acquire_zeroed(pool: *mut gs_pool, nbytes: usize, out: *mut *mut c_void) -> gs_status {
+    // SAFETY: the same contract as `gs_pool_acquire`.
+    unsafe { acquire(pool, nbytes, true, out) }
 }
 
 /// Gives back a block from `gs_pool_acquire`. Releasing a pointer twice, or one the pool did not
@@ -89,16 +104,21 @@ pub extern "C" fn gs_pool_acquire_zeroed(pool: *mut gs_pool, nbytes: usize, out:
 /// Only blocks from `gs_pool_acquire*`: buffers a run handed to a kernel or a result belong to the
 /// run.
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// If `ptr` is a block of `pool` from `gs_pool_acquire*`, not yet released, nobody uses it after
+/// this call (the pool may hand its bytes to another caller at once); no other thread frees
+/// `pool` during this call.
 #[no_mangle]
-pub extern "C" fn gs_pool_release(pool: *mut gs_pool, ptr: *mut c_void) -> gs_status {
+pub unsafe extern "C" fn gs_pool_release(pool: *mut gs_pool, ptr: *mut c_void) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let p = unsafe { handle_ref(pool, "pool") }?;
         let ptr = NonNull::new(ptr.cast::<u8>())
             .ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'ptr' is NULL"))?;
-        // SAFETY: the C contract: `ptr` came from `gs_pool_acquire*` and is not used after this
-        // call. A pointer the pool does not know (a run's buffer included, which the pool
-        // records under the run's own address) is refused with a status.
+        // SAFETY: the caller's contract: a live block from `gs_pool_acquire*` is not used after
+        // this call. A pointer the pool did not hand out, or handed to a run (a value's buffer,
+        // which only the run gives back), is refused with a status before anything is touched.
         Ok(unsafe { p.pool.release(ptr) }?)
     })
 }
@@ -106,8 +126,11 @@ pub extern "C" fn gs_pool_release(pool: *mut gs_pool, ptr: *mut c_void) -> gs_st
 /// The pool's counters.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `pool` during this call.
 #[no_mangle]
-pub extern "C" fn gs_pool_get_stats(pool: *const gs_pool, out: *mut PoolStats) -> gs_status {
+pub unsafe extern "C" fn gs_pool_get_stats(pool: *const gs_pool, out: *mut PoolStats) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let p = unsafe { handle_ref(pool, "pool") }?;
@@ -120,8 +143,11 @@ pub extern "C" fn gs_pool_get_stats(pool: *const gs_pool, out: *mut PoolStats) -
 /// Restarts peak tracking from the current levels.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `pool` during this call.
 #[no_mangle]
-pub extern "C" fn gs_pool_reset_peaks(pool: *mut gs_pool) -> gs_status {
+pub unsafe extern "C" fn gs_pool_reset_peaks(pool: *mut gs_pool) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         unsafe { handle_ref(pool, "pool") }?.pool.reset_peaks();
@@ -132,8 +158,11 @@ pub extern "C" fn gs_pool_reset_peaks(pool: *mut gs_pool) -> gs_status {
 /// Returns all cached memory to the system.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `pool` during this call.
 #[no_mangle]
-pub extern "C" fn gs_pool_trim(pool: *mut gs_pool) -> gs_status {
+pub unsafe extern "C" fn gs_pool_trim(pool: *mut gs_pool) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         unsafe { handle_ref(pool, "pool") }?.pool.trim();

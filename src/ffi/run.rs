@@ -115,7 +115,10 @@ impl Handle for gs_run_result {
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
-/// `options` is NULL or readable, with its arrays; `out` is writable.
+/// `options` is NULL or readable, with its arrays; `out` is writable; each binding's
+/// `tensor.data` is readable for `tensor.nbytes` bytes, and nothing writes it, until the call
+/// returns; no other thread frees `graph`, `pool`, or the executor, plan or cancel token of
+/// `options` during this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_run(
     graph: *const gs_graph,
@@ -181,8 +184,15 @@ pub unsafe extern "C" fn gs_run(
 ///
 /// The descriptor's data stays valid until `gs_result_free`; the result owns it.
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `result` during this call.
 #[no_mangle]
-pub extern "C" fn gs_result_output(result: *const gs_run_result, value: ValueRef, out: *mut Tensor) -> gs_status {
+pub unsafe extern "C" fn gs_result_output(
+    result: *const gs_run_result,
+    value: ValueRef,
+    out: *mut Tensor,
+) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let r = unsafe { handle_ref(result, "result") }?;
@@ -196,8 +206,11 @@ pub extern "C" fn gs_result_output(result: *const gs_run_result, value: ValueRef
 /// Statistics of the run.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `result` during this call.
 #[no_mangle]
-pub extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut RunStats) -> gs_status {
+pub unsafe extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut RunStats) -> gs_status {
     guard(|| {
         // SAFETY: the handle is not freed concurrently (C contract).
         let r = unsafe { handle_ref(result, "result") }?;
@@ -214,7 +227,7 @@ pub extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut RunSta
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
-/// `path` is NUL-terminated.
+/// `path` is NUL-terminated; no other thread frees `result` during this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_result_write_trace(
     result: *const gs_run_result,
@@ -241,8 +254,11 @@ pub unsafe extern "C" fn gs_result_write_trace(
 /// Returns the result's buffers to its pool, which the result keeps alive until then.
 /// Thread-safe with respect to other handles; no other call may be using this handle, on any
 /// thread.
+///
+/// # Safety
+/// No other thread is inside a call on `result` during this call.
 #[no_mangle]
-pub extern "C" fn gs_result_free(result: *mut gs_run_result) {
+pub unsafe extern "C" fn gs_result_free(result: *mut gs_run_result) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
         unsafe { free_handle(result, "result") };

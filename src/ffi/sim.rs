@@ -28,7 +28,7 @@ pub struct gs_sim_options {
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
-/// `options` is readable; `out` is writable.
+/// `options` is readable; `out` is writable; no other thread frees `graph` during this call.
 #[no_mangle]
 pub unsafe extern "C" fn gs_simulate(
     graph: *const gs_graph,

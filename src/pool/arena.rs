@@ -125,6 +125,10 @@ impl Arena {
         }
         self.used.insert(at, Used { size: n, region });
         self.recommit(at, at + n);
+        self.regions[region as usize]
+            .as_mut()
+            .expect("blocks refer to live regions")
+            .carve(at, at + n);
         Ok(at)
     }
 

@@ -17,9 +17,14 @@
 //! calls except when memory is committed or given back. The pool knows nothing about graphs;
 //! a run passes, with each request, the tick at which it will release the block, which the arena
 //! uses to place blocks that are released together side by side.
+//!
+//! AddressSanitizer and valgrind memcheck, when the process has them, are told which bytes of the
+//! pool a program may touch ([`sanitize`]), so they report a kernel that reads a released buffer
+//! or writes past its output; red zones are the check that needs no tool.
 
 mod arena;
 mod region;
+pub(crate) mod sanitize;
 mod slab;
 
 use std::collections::HashMap;
@@ -29,6 +34,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arena::Arena;
 pub(crate) use arena::NEVER;
+use sanitize::Mempool;
 use slab::Slabs;
 
 use crate::error::{err, ErrorKind, Result};
@@ -87,6 +93,8 @@ pub struct PoolStats {
 /// A thread-safe pool. Dropping it unmaps everything, including blocks still handed out.
 pub struct Pool {
     config: PoolConfig,
+    /// This pool for memcheck, when it runs.
+    mempool: Mempool,
     state: Mutex<State>,
 }
 
@@ -103,15 +111,37 @@ struct State {
 /// A handed-out block: its requested size, its slab (or `LARGE`), and when it will be released.
 #[derive(Clone, Copy)]
 struct Live {
+    /// Bytes of the block, red zones included.
     nbytes: usize,
+    /// Bytes the caller asked for: what `live_bytes` counts.
+    requested: usize,
     slab: u32,
     release_tick: u64,
+    owner: Owner,
+}
+
+/// Who may give a block back. A run's buffers belong to the run (and then its result): the
+/// public `release` refuses them, so a kernel or an engine cannot free a value under the run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Owner {
+    /// Taken with the public `acquire`: the caller releases it.
+    Caller,
+    /// Taken by a graph run for a value: only the run releases it.
+    Run,
 }
 
 const LARGE: u32 = u32::MAX;
 
 impl State {
-    fn acquire(&mut self, nbytes: usize, release_tick: u64, large_threshold: u64) -> Result<usize> {
+    /// A block of `nbytes` (red zones included) for a caller who asked for `requested`.
+    fn acquire(
+        &mut self,
+        nbytes: usize,
+        requested: usize,
+        release_tick: u64,
+        large_threshold: u64,
+        owner: Owner,
+    ) -> Result<usize> {
         let commits = self.os_allocs();
         let (addr, slab) = if (nbytes as u64) < large_threshold {
             self.slabs.alloc(&mut self.small, nbytes)?
@@ -127,18 +157,21 @@ impl State {
             addr,
             Live {
                 nbytes,
+                requested,
                 slab,
                 release_tick,
+                owner,
             },
         );
-        self.stats.live_bytes += nbytes as u64;
+        self.stats.live_bytes += requested as u64;
         self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
         let reserved = self.committed() as u64;
         self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
         Ok(addr)
     }
 
-    fn release(&mut self, ptr: NonNull<u8>) -> Result<()> {
+    /// Takes back the block at `ptr`, whose caller's bytes start `guard` bytes in.
+    fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize) -> Result<()> {
         let addr = ptr.as_ptr() as usize;
         let Some(live) = self.live.remove(&addr) else {
             return err(
@@ -146,8 +179,17 @@ impl State {
                 format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
             );
         };
+        if sanitize::active() {
+            // Before the block goes back to the free lists: from there another thread may take it.
+            sanitize::retire(mempool, (addr + guard) as *const u8);
+            let size = match live.slab {
+                LARGE => Arena::block_size(live.nbytes).expect("checked on acquire"),
+                slab => self.slabs.block_size(slab),
+            };
+            sanitize::hide(addr as *const u8, size);
+        }
         self.stats.releases += 1;
-        self.stats.live_bytes -= live.nbytes as u64;
+        self.stats.live_bytes -= live.requested as u64;
         if live.slab == LARGE {
             self.large.release(addr, live.nbytes);
         } else {
@@ -222,6 +264,7 @@ impl Pool {
         }
         Ok(Pool {
             config,
+            mempool: sanitize::new_mempool(),
             state: Mutex::new(State {
                 small: Arena::new(config.region_bytes as usize),
                 large: Arena::new(config.region_bytes as usize),
@@ -239,35 +282,42 @@ impl Pool {
 
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        self.acquire_until(nbytes, zero, NEVER)
+        self.acquire_until(nbytes, zero, NEVER, Owner::Caller)
     }
 
-    /// Like [`acquire`](Self::acquire), told when the block will be released: `release_tick` on
-    /// any clock of the caller's that grows over time (runs use the position of the value's last
-    /// consumer in the topological order). Blocks released together are placed together.
-    pub fn acquire_until(&self, nbytes: usize, zero: bool, release_tick: u64) -> Result<NonNull<u8>> {
+    /// Like [`acquire`](Self::acquire), for `owner`, told when the block will be released:
+    /// `release_tick` on any clock of the caller's that grows over time (runs use the position
+    /// of the value's last consumer in the topological order). Blocks released together are
+    /// placed together.
+    pub(crate) fn acquire_until(
+        &self,
+        nbytes: usize,
+        zero: bool,
+        release_tick: u64,
+        owner: Owner,
+    ) -> Result<NonNull<u8>> {
         Self::check_request(nbytes)?;
         let inner = nbytes + self.guard_bytes() * 2;
-        let addr = self
-            .lock()
-            .acquire(inner, release_tick, self.config.large_threshold_bytes)?;
-        let ptr = self.guarded(addr, nbytes);
-        if zero {
-            // SAFETY: the block holds at least `nbytes` bytes and is now the caller's alone.
-            unsafe { ptr.as_ptr().write_bytes(0, nbytes) };
-        }
-        Ok(ptr)
+        let threshold = self.config.large_threshold_bytes;
+        let addr = self.lock().acquire(inner, nbytes, release_tick, threshold, owner)?;
+        Ok(self.hand_out(addr, nbytes, zero))
     }
 
-    /// `count` blocks of `nbytes` under one lock (not cleared), appended to `out`: for callers that
-    /// keep a few blocks of a size at hand.
-    pub fn acquire_many(&self, nbytes: usize, count: usize, out: &mut Vec<NonNull<u8>>) -> Result<()> {
+    /// `count` blocks of `nbytes` for `owner` under one lock (not cleared), appended to `out`:
+    /// for callers that keep a few blocks of a size at hand.
+    pub(crate) fn acquire_many(
+        &self,
+        nbytes: usize,
+        count: usize,
+        owner: Owner,
+        out: &mut Vec<NonNull<u8>>,
+    ) -> Result<()> {
         Self::check_request(nbytes)?;
         let inner = nbytes + self.guard_bytes() * 2;
         let mut st = self.lock();
         for _ in 0..count {
-            let addr = st.acquire(inner, NEVER, self.config.large_threshold_bytes)?;
-            out.push(self.guarded(addr, nbytes));
+            let addr = st.acquire(inner, nbytes, NEVER, self.config.large_threshold_bytes, owner)?;
+            out.push(self.hand_out(addr, nbytes, false));
         }
         Ok(())
     }
@@ -281,17 +331,29 @@ impl Pool {
         }
     }
 
-    /// The caller's pointer into a block at `addr`, red zones laid around it if they are on.
-    fn guarded(&self, addr: usize, nbytes: usize) -> NonNull<u8> {
+    /// The caller's pointer into a block at `addr` that the pool just took for it: red zones laid
+    /// around it if they are on, the memory checkers told, cleared if `zero`.
+    fn hand_out(&self, addr: usize, nbytes: usize, zero: bool) -> NonNull<u8> {
         let g = self.guard_bytes();
+        let ptr = (addr + g) as *mut u8;
         if g > 0 {
+            // The block is hidden from the checkers (carved or released): reveal it while the
+            // guards are written, and hide it again.
+            sanitize::reveal(addr as *const u8, g + nbytes + g);
             // SAFETY: the block holds `g + nbytes + g` bytes and is the caller's alone.
             unsafe {
                 (addr as *mut u8).write_bytes(GUARD, g);
                 ((addr + g + nbytes) as *mut u8).write_bytes(GUARD, g);
             }
+            sanitize::hide(addr as *const u8, g + nbytes + g);
         }
-        NonNull::new((addr + g) as *mut u8).expect("blocks lie inside mapped regions")
+        // Exactly `nbytes`: the slack past them and the red zones stay hidden.
+        sanitize::announce(self.mempool, ptr, nbytes);
+        if zero {
+            // SAFETY: the block holds at least `nbytes` bytes and is now the caller's alone.
+            unsafe { ptr.write_bytes(0, nbytes) };
+        }
+        NonNull::new(ptr).expect("blocks lie inside mapped regions")
     }
 
     /// Whether the red zones around a live block of `nbytes` at `ptr` are intact (always true
@@ -305,29 +367,40 @@ impl Pool {
             return true;
         }
         let p = ptr.as_ptr() as usize;
-        // SAFETY: a live block handed out with red zones has `g` guard bytes on each side.
-        let (before, after) = unsafe {
-            (
-                std::slice::from_raw_parts((p - g) as *const u8, g),
-                std::slice::from_raw_parts((p + nbytes) as *const u8, g),
-            )
+        let intact = |zone: usize| {
+            // Red zones stay hidden from the memory checkers: read them quietly.
+            sanitize::quietly(|| {
+                // SAFETY: a live block handed out with red zones has `g` guard bytes on each side.
+                let bytes = unsafe { std::slice::from_raw_parts(zone as *const u8, g) };
+                bytes.iter().all(|&b| b == GUARD)
+            })
         };
-        before.iter().chain(after).all(|&b| b == GUARD)
+        intact(p - g) && intact(p + nbytes)
     }
 
-    /// With red zones on: the block's address, after checking its guards and poisoning it.
-    fn unguard(&self, ptr: NonNull<u8>, st: &State) -> Result<NonNull<u8>> {
+    /// The block's address, after checking that `by` may give it back and, with red zones on,
+    /// checking its guards and poisoning it.
+    fn unguard(&self, ptr: NonNull<u8>, st: &State, by: Owner) -> Result<NonNull<u8>> {
         let g = self.guard_bytes();
-        if g == 0 {
-            return Ok(ptr);
-        }
-        let addr = ptr.as_ptr() as usize - g;
+        let addr = (ptr.as_ptr() as usize).wrapping_sub(g);
         let Some(live) = st.live.get(&addr) else {
             return err(
                 ErrorKind::UnknownPointer,
                 format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
             );
         };
+        if live.owner == Owner::Run && by == Owner::Caller {
+            return err(
+                ErrorKind::UnknownPointer,
+                format!(
+                    "pointer {ptr:p} is the buffer of a value of a graph run, not a block from gs_pool_acquire: \
+                     the run (or its result, when freed) gives it back"
+                ),
+            );
+        }
+        if g == 0 {
+            return Ok(ptr);
+        }
         let nbytes = live.nbytes - 2 * g;
         // SAFETY: the block is live (just looked up) and `nbytes` long.
         let intact = unsafe { self.guards_intact(ptr, nbytes) };
@@ -366,9 +439,19 @@ impl Pool {
     /// `acquire`, not from a run, whose buffers belong to the run or its result) and nobody uses
     /// it after this call: the pool may hand its bytes to someone else at once.
     pub unsafe fn release(&self, ptr: NonNull<u8>) -> Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe { self.release_by(ptr, Owner::Caller) }
+    }
+
+    /// [`release`](Self::release) for `by`: a run gives back its own blocks, which `Caller`
+    /// may not.
+    ///
+    /// # Safety
+    /// As for [`release`](Self::release).
+    pub(crate) unsafe fn release_by(&self, ptr: NonNull<u8>, by: Owner) -> Result<()> {
         let mut st = self.lock();
         // An overwritten red zone is reported, and the block still goes back (nothing leaks).
-        let (block, damage) = match self.unguard(ptr, &st) {
+        let (block, damage) = match self.unguard(ptr, &st, by) {
             Ok(block) => (block, None),
             Err(e) if e.kind() == ErrorKind::KernelFailed => (
                 NonNull::new((ptr.as_ptr() as usize - self.guard_bytes()) as *mut u8).expect("inside a region"),
@@ -376,22 +459,23 @@ impl Pool {
             ),
             Err(e) => return Err(e),
         };
-        st.release(block)?;
+        st.release(block, self.mempool, self.guard_bytes())?;
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
         }
         damage.map_or(Ok(()), Err)
     }
 
-    /// Takes back many blocks under one lock; stops at the first pointer it does not know.
+    /// Takes back many blocks of `by` under one lock; stops at the first pointer it does not
+    /// know.
     ///
     /// # Safety
     /// As for [`release`](Self::release), for every pointer.
-    pub unsafe fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>) -> Result<()> {
+    pub(crate) unsafe fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>, by: Owner) -> Result<()> {
         let mut st = self.lock();
         let result = ptrs.into_iter().try_for_each(|p| {
-            let block = self.unguard(p, &st)?;
-            st.release(block)
+            let block = self.unguard(p, &st, by)?;
+            st.release(block, self.mempool, self.guard_bytes())
         });
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
@@ -441,6 +525,13 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    /// Memcheck forgets the pool's blocks (live ones too) before the regions go.
+    fn drop(&mut self) {
+        sanitize::destroy_mempool(self.mempool);
+    }
+}
+
 /// Hashes block addresses: multiply, then fold the high bits down, since addresses share their
 /// low bits (alignment) and the table indexes by low bits.
 #[derive(Default)]
@@ -476,18 +567,20 @@ mod tests {
         let pool = Pool::default();
         let a = pool.acquire(100_000, false).unwrap();
         assert_eq!(a.as_ptr() as usize % 64, 0);
-        // SAFETY (here and below): blocks of this test, not used after their release.
+        // SAFETY: a block of this test, not used after its release.
         unsafe { pool.release(a) }.unwrap();
         let b = pool.acquire(90_000, true).unwrap();
         assert_eq!(a, b, "a smaller request reuses the freed block");
         let s = pool.stats();
         assert_eq!((s.acquires, s.cache_hits, s.live_bytes), (2, 1, 90_000));
-        assert_eq!(
-            unsafe { pool.release(NonNull::dangling()) }.unwrap_err().kind(),
-            ErrorKind::UnknownPointer
-        );
+        // SAFETY: not a block of the pool: refused before anything is touched.
+        let dangling = unsafe { pool.release(NonNull::dangling()) };
+        assert_eq!(dangling.unwrap_err().kind(), ErrorKind::UnknownPointer);
+        // SAFETY: a block of this test, not used after its release.
         unsafe { pool.release(b) }.unwrap();
-        assert_eq!(unsafe { pool.release(b) }.unwrap_err().kind(), ErrorKind::UnknownPointer);
+        // SAFETY: released already: refused before anything is touched.
+        let again = unsafe { pool.release(b) };
+        assert_eq!(again.unwrap_err().kind(), ErrorKind::UnknownPointer);
         pool.trim();
         assert_eq!(pool.stats().reserved_bytes, 0);
     }

@@ -6,6 +6,8 @@ use std::sync::OnceLock;
 
 use memmap2::{MmapMut, MmapOptions, UncheckedAdvice};
 
+use super::sanitize;
+
 pub(super) fn page_size() -> usize {
     static PAGE: OnceLock<usize> = OnceLock::new();
     // SAFETY: sysconf has no preconditions.
@@ -25,13 +27,16 @@ pub(super) fn page_up(x: usize) -> usize {
 
 pub(super) struct Region {
     map: MmapMut,
+    /// The end of the highest block ever carved: how far the memory checkers were told about.
+    carved_end: usize,
 }
 
 impl Region {
     /// Reserves `len` bytes of address space (a multiple of the page size); nothing is committed.
     pub fn reserve(len: usize) -> std::io::Result<Region> {
         let map = MmapOptions::new().len(len).no_reserve_swap().map_anon()?;
-        Ok(Region { map })
+        let carved_end = map.as_ptr() as usize;
+        Ok(Region { map, carved_end })
     }
 
     pub fn start(&self) -> usize {
@@ -46,6 +51,13 @@ impl Region {
         self.map.len()
     }
 
+    /// A new block `[start, end)` is carved out of the region: nobody may touch it until the pool
+    /// hands it out.
+    pub fn carve(&mut self, start: usize, end: usize) {
+        self.carved_end = self.carved_end.max(end);
+        sanitize::hide(start as *const u8, end - start);
+    }
+
     /// Returns the pages of `[start, end)` (page aligned, inside the region) to the system.
     pub fn decommit(&self, start: usize, end: usize) {
         debug_assert!(start >= self.start() && end <= self.end() && start % page_size() == 0);
@@ -55,5 +67,11 @@ impl Region {
             self.map
                 .unchecked_advise_range(UncheckedAdvice::DontNeed, start - self.start(), end - start)
         };
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        sanitize::forget(self.start() as *const u8, self.carved_end - self.start());
     }
 }

@@ -91,6 +91,14 @@ impl Slabs {
         Ok((slab.base + index as usize * slab.block, id))
     }
 
+    /// The size of the blocks of slab `id`.
+    pub fn block_size(&self, id: u32) -> usize {
+        self.slabs[id as usize]
+            .as_ref()
+            .expect("live blocks belong to live slabs")
+            .block
+    }
+
     /// Takes back a block; an emptied slab returns to the arena.
     pub fn release(&mut self, arena: &mut Arena, id: u32, addr: usize) {
         let slab = self.slabs[id as usize]

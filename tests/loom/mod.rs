@@ -1,0 +1,598 @@
+//! The model checked by `loom_run_protocol.rs` (whose module docs say what it covers), each part
+//! beside the real function it mirrors, and the checks run on every interleaving.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool as GhostBool, AtomicU32 as GhostU32, AtomicU64 as GhostU64};
+use std::sync::atomic::{AtomicUsize as GhostUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use loom::sync::Mutex;
+use loom::thread;
+
+use super::Spec;
+
+/// One step of the protocol broken on purpose, to show that the model catches it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mutation {
+    None,
+    /// The task leaves `active` before it counts and queues the successors it made ready.
+    DecrementBeforePush,
+    /// The task queues the successors it made ready before it counts them in `active`.
+    CountAfterPush,
+    /// `admit` fails to reserve under the gate mutex, lets go of it, and takes it again to wait:
+    /// a release in between re-examines `waiting` before the node is on it.
+    WaitOutsideGateLock,
+    /// The last task leaves `active` without resolving stalls first.
+    NoStallHandover,
+    /// The handover as it was before the fix: after a stall check that admitted nodes, the task
+    /// reloads `active` and, if it reads 1 again, takes it to 0 without checking again.
+    StaleReload,
+    /// `try_admit` without the banker's check: only the plain fit.
+    NoSlackCheck,
+}
+
+pub const MEMORY_LIMIT: &str = "memory limit";
+
+/// `sched::Admission`, its segment tree a plain array. Under the gate mutex.
+#[derive(Clone)]
+struct Admission {
+    limit: u64,
+    /// `None` below σ's peak: only the plain fit applies.
+    safe: Option<SafeOrder>,
+}
+
+#[derive(Clone)]
+struct SafeOrder {
+    /// Per position of σ: started.
+    started: Vec<bool>,
+    /// The first position not started.
+    frontier: usize,
+    /// Per position k: `L - live_σ(k) - X(k)`, X(k) the bytes of nodes started past k.
+    slack: Vec<i64>,
+}
+
+impl Admission {
+    fn new(spec: &Spec, mutation: Mutation) -> Admission {
+        let safe = (spec.guaranteed() && mutation != Mutation::NoSlackCheck).then(|| SafeOrder {
+            started: vec![false; spec.bytes.len()],
+            frontier: 0,
+            slack: spec.live_sigma.iter().map(|&l| (spec.limit - l) as i64).collect(),
+        });
+        Admission {
+            limit: spec.limit,
+            safe,
+        }
+    }
+
+    /// `Admission::try_admit`: whether `node` may start while the run holds `live` bytes; if so
+    /// it counts as started.
+    fn try_admit(&mut self, spec: &Spec, node: usize, need: u64, live: u64) -> bool {
+        if live + need > self.limit {
+            return false;
+        }
+        let Some(safe) = &mut self.safe else { return true };
+        let p = spec.position[node];
+        if p > safe.frontier {
+            if safe.slack[safe.frontier..p].iter().copied().min().unwrap() < need as i64 {
+                return false;
+            }
+            safe.slack[safe.frontier..p].iter_mut().for_each(|s| *s -= need as i64);
+        }
+        safe.started[p] = true;
+        while safe.frontier < safe.started.len() && safe.started[safe.frontier] {
+            safe.frontier += 1;
+        }
+        true
+    }
+}
+
+/// A value's slot (`Slot`): written once by its producer, emptied by its last reader.
+#[derive(Default)]
+struct Slot {
+    made: bool,
+    bytes: u64,
+}
+
+/// `GateInner` (the limit is `Spec::limit`): the waiting list and the rule, under one mutex.
+struct GateInner {
+    /// Sorted most critical (lowest rank, here the lowest index) first.
+    waiting: Vec<usize>,
+    admission: Admission,
+    /// Ghost: the run's bytes as seen under this mutex: reservations, less the releases whose
+    /// `readmit` has run. `live` is at most this whenever the mutex is held.
+    announced: u64,
+}
+
+/// `RunState`, reduced to what the protocol touches.
+struct Run {
+    spec: Arc<Spec>,
+    mutation: Mutation,
+    /// The run's storage: true until the caller drops the run. Every access to the run by a task
+    /// reads it (`touch`), so loom flags any access that does not happen before the drop.
+    alive: UnsafeCell<bool>,
+    slots: Vec<UnsafeCell<Slot>>,
+    refs: Vec<AtomicU32>,
+    pending: Vec<AtomicU32>,
+    active: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<&'static str>>,
+    live: AtomicU64,
+    gate: Option<Mutex<GateInner>>,
+    /// Ghost: times each node's kernel ran.
+    ran: Vec<GhostU32>,
+    /// Ghost: bytes the pool has handed out to the run's values.
+    held: GhostU64,
+    /// Ghost: a node went on `waiting`.
+    waited: GhostBool,
+    /// Ghost: nodes admitted by a stall check, and of them those admitted by a check the task ran
+    /// again because its previous one admitted nodes.
+    late: GhostUsize,
+    late_again: GhostUsize,
+}
+
+// SAFETY: as for `RunState`: the slots are shared under the protocol (which loom checks here);
+// everything else is atomic or behind a mutex.
+unsafe impl Sync for Run {}
+// SAFETY: as above.
+unsafe impl Send for Run {}
+
+/// The executor's shared part (`Shared`): the queue, and what must outlive the run.
+struct Shared {
+    queue: Mutex<VecDeque<Task>>,
+    shutdown: AtomicBool,
+    /// Ghost: times `active` went from 1 to 0, and nodes the worker thread executed.
+    ends: GhostUsize,
+    by_worker: GhostUsize,
+}
+
+/// `Task`: the real one holds a raw pointer to the run; the `Arc` only keeps the model's memory
+/// valid, and `Run::alive` checks the lifetime.
+struct Task {
+    run: Arc<Run>,
+    node: usize,
+    reserved: bool,
+}
+
+impl Run {
+    fn new(spec: Arc<Spec>, mutation: Mutation) -> Run {
+        let n = spec.inputs.len();
+        let refs = (0..n).map(|v| AtomicU32::new(spec.successors[v].len() as u32 + spec.output[v] as u32));
+        Run {
+            alive: UnsafeCell::new(true),
+            slots: (0..n).map(|_| UnsafeCell::new(Slot::default())).collect(),
+            refs: refs.collect(),
+            pending: (0..n).map(|v| AtomicU32::new(spec.inputs[v].len() as u32)).collect(),
+            active: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            live: AtomicU64::new(0),
+            gate: (spec.limit > 0).then(|| {
+                let admission = Admission::new(&spec, mutation);
+                Mutex::new(GateInner {
+                    waiting: Vec::new(),
+                    admission,
+                    announced: 0,
+                })
+            }),
+            ran: (0..n).map(|_| GhostU32::new(0)).collect(),
+            held: GhostU64::new(0),
+            waited: GhostBool::new(false),
+            late: GhostUsize::new(0),
+            late_again: GhostUsize::new(0),
+            spec,
+            mutation,
+        }
+    }
+
+    /// Any access to the run: it must not have been dropped.
+    fn touch(&self) {
+        // SAFETY: loom checks that this read happens before the caller's drop (in `execution`).
+        self.alive
+            .with(|alive| assert!(unsafe { *alive }, "a task touched the run after the caller dropped it"));
+    }
+
+    /// `RunState::failed`.
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// `RunState::fail`: the first error wins.
+    fn fail(&self, why: &'static str) {
+        let mut error = self.error.lock().unwrap();
+        if error.is_none() {
+            *error = Some(why);
+            self.failed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Counts tasks about to be queued (the `active.fetch_add`s of `Shared::run_chain` and
+    /// `run_task`). Only a counted task adds, so the count never rises from 0.
+    fn add_active(&self, n: usize) {
+        self.touch();
+        let before = self.active.fetch_add(n, Ordering::AcqRel);
+        assert!(
+            before > 0,
+            "active rose from 0: the run was over and the caller may have dropped it"
+        );
+    }
+
+    /// `RunState::admit`: true if the node may run now; otherwise it waits on `waiting`.
+    fn admit(&self, node: usize) -> bool {
+        self.touch();
+        let Some(gate) = &self.gate else { return true };
+        let mut inner = if self.mutation == Mutation::WaitOutsideGateLock {
+            // Broken: the failed reservation and the wait in two holds of the lock.
+            if self.try_reserve(&mut gate.lock().unwrap(), node) {
+                return true;
+            }
+            gate.lock().unwrap()
+        } else {
+            let mut inner = gate.lock().unwrap();
+            if self.try_reserve(&mut inner, node) {
+                return true;
+            }
+            inner
+        };
+        // Model-only check: the node waits only for a release still to come. The rule refused
+        // it on a `live` of at most `announced` (see `GateInner`), and refuses at any higher
+        // value, so this holds whenever the refusal and the wait share one hold of the mutex.
+        let (need, announced) = (self.spec.bytes[node], inner.announced);
+        assert!(
+            !inner.admission.clone().try_admit(&self.spec, node, need, announced),
+            "lost wake-up: node {node} went on `waiting` although the rule admits it now"
+        );
+        let at = inner.waiting.partition_point(|&w| w < node);
+        inner.waiting.insert(at, node);
+        self.waited.store(true, SeqCst);
+        false
+    }
+
+    /// `RunState::try_reserve`, under the gate mutex: asks the rule on a loaded `live` (only
+    /// releases race with it, and they only lower it), and reserves the node's bytes if it may
+    /// start (`add_live`).
+    fn try_reserve(&self, inner: &mut GateInner, node: usize) -> bool {
+        let need = self.spec.bytes[node];
+        let live = self.live.load(Ordering::Relaxed);
+        if !inner.admission.try_admit(&self.spec, node, need, live) {
+            return false;
+        }
+        let now = self.live.fetch_add(need, Ordering::Relaxed) + need;
+        assert!(now <= self.spec.limit, "live bytes exceed the limit");
+        inner.announced += need;
+        true
+    }
+
+    /// `RunState::readmit`: admits the waiting nodes that now fit, most critical first.
+    /// `released`: ghost, the bytes the caller's release gave back (0 for a stall check).
+    fn readmit(&self, out: &mut Vec<usize>, released: u64) {
+        self.touch();
+        let Some(gate) = &self.gate else { return };
+        let mut guard = gate.lock().unwrap();
+        let inner = &mut *guard;
+        inner.announced -= released;
+        let mut waiting = std::mem::take(&mut inner.waiting);
+        waiting.retain(|&node| {
+            let fits = self.try_reserve(inner, node);
+            if fits {
+                out.push(node);
+            }
+            !fits
+        });
+        inner.waiting = waiting;
+    }
+
+    /// `RunState::resolve_stall`: by the last active task. Admits what fits, or fails the run if
+    /// a node still waits.
+    fn resolve_stall(&self, out: &mut Vec<usize>) {
+        self.touch();
+        let Some(gate) = &self.gate else { return };
+        self.readmit(out, 0);
+        self.late.fetch_add(out.len(), SeqCst);
+        // Model-only check: every release re-examined `waiting` after lowering `live`, so under
+        // the plain fit nothing waiting fits now (see the module docs for the banker's rule).
+        assert!(
+            out.is_empty() || self.spec.guaranteed(),
+            "lost wake-up: node(s) {out:?} waited although a release had made room for them"
+        );
+        if !out.is_empty() || self.failed() {
+            return;
+        }
+        let inner = gate.lock().unwrap();
+        if !inner.waiting.is_empty() {
+            drop(inner);
+            self.fail(MEMORY_LIMIT);
+        }
+    }
+
+    /// `RunState::execute`: the kernel, then releases and readiness. Cancellation and deadlines
+    /// (`stopped`) are failures like any other, so only `failed` is modelled.
+    fn execute(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
+        self.touch();
+        if self.failed() {
+            return;
+        }
+        if self.gate.is_none() {
+            // `add_live`: without a gate a node takes its bytes when it starts.
+            self.live.fetch_add(self.spec.bytes[node], Ordering::Relaxed);
+        }
+        self.run_kernel(node);
+        self.finish_node(node, ready, admitted);
+    }
+
+    /// `RunState::run_kernel`: reads the inputs, takes the output's block, writes its slot.
+    fn run_kernel(&self, node: usize) {
+        let before = self.ran[node].fetch_add(1, SeqCst);
+        assert_eq!(before, 0, "node {node} ran twice");
+        for &v in &self.spec.inputs[node] {
+            // SAFETY: loom checks that the producer's write happens before this read.
+            let made = self.slots[v].with(|s| unsafe { (*s).made });
+            assert!(
+                made,
+                "node {node} ran before its producer {v} (or after its value was dropped)"
+            );
+        }
+        let bytes = self.spec.bytes[node];
+        let held = self.held.fetch_add(bytes, SeqCst) + bytes;
+        if self.spec.limit > 0 {
+            assert!(held <= self.spec.limit, "the run holds {held} bytes, over its limit");
+        }
+        // SAFETY: only this node writes its output's slot, before anyone may read it.
+        self.slots[node].with_mut(|s| unsafe { *s = Slot { made: true, bytes } });
+    }
+
+    /// `RunState::finish_node`: drops what nobody reads any more, readmits if that released
+    /// memory, then marks the successors. (An in-place takeover, not modelled, lowers `live`
+    /// and sets `released` too.)
+    fn finish_node(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
+        let mut released = 0; // the real one keeps a bool
+        if self.refs[node].load(Ordering::Relaxed) == 0 {
+            released += self.drop_value(node);
+        }
+        for &v in &self.spec.inputs[node] {
+            if self.refs[v].fetch_sub(1, Ordering::AcqRel) == 1 {
+                released += self.drop_value(v);
+            }
+        }
+        if released > 0 {
+            self.readmit(admitted, released);
+        }
+        for &s in &self.spec.successors[node] {
+            if self.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
+                ready.push(s);
+            }
+        }
+    }
+
+    /// `RunState::drop_value`: the block goes back to the pool, and only then may admission
+    /// count its bytes as free. Returns the bytes (the real one: whether it held any).
+    fn drop_value(&self, v: usize) -> u64 {
+        // SAFETY: the last reference is gone; loom checks that every read happened before.
+        let slot = self.slots[v].with_mut(|s| unsafe { std::mem::take(&mut *s) });
+        assert!(slot.made, "value {v} dropped before it was made");
+        if slot.bytes > 0 {
+            self.held.fetch_sub(slot.bytes, SeqCst);
+            self.live.fetch_sub(slot.bytes, Ordering::Relaxed);
+        }
+        slot.bytes
+    }
+}
+
+impl Shared {
+    /// `Shared::push_tasks`: queues nodes already counted in `active` (`sleep.notify` elided).
+    fn push(&self, run: &Arc<Run>, nodes: &[usize], reserved: bool) {
+        if nodes.is_empty() {
+            return;
+        }
+        run.touch(); // the real one reads the run for each node's band
+        let mut queue = self.queue.lock().unwrap();
+        queue.extend(nodes.iter().map(|&node| Task {
+            run: run.clone(),
+            node,
+            reserved,
+        }));
+    }
+
+    /// `Shared::find_work`.
+    fn find_work(&self) -> Option<Task> {
+        self.queue.lock().unwrap().pop_front()
+    }
+
+    /// `Shared::run_task` and `run_chain`: a task and the chain of continuations it leads to,
+    /// then the task leaves `active`.
+    fn run_task(&self, task: Task, worker: bool) {
+        let run = task.run;
+        run.touch();
+        let mut node = task.node;
+        let mut reserved = task.reserved;
+        loop {
+            if !reserved && !run.admit(node) {
+                break;
+            }
+            if worker {
+                self.by_worker.fetch_add(1, SeqCst);
+            }
+            let (mut ready, mut admitted) = (Vec::new(), Vec::new());
+            run.execute(node, &mut ready, &mut admitted);
+            if run.mutation == Mutation::DecrementBeforePush {
+                self.leave(&run);
+                for (nodes, reserved) in [(&admitted, true), (&ready, false)] {
+                    if !nodes.is_empty() {
+                        run.add_active(nodes.len());
+                        self.push(&run, nodes, reserved);
+                    }
+                }
+                return;
+            }
+            if !admitted.is_empty() {
+                run.add_active(admitted.len());
+                self.push(&run, &admitted, true);
+            }
+            reserved = false;
+            let next = ready.first().copied(); // `RunState::continuation`, one band
+            let queued = if next.is_some() { &ready[1..] } else { &ready[..] };
+            if !queued.is_empty() {
+                if run.mutation == Mutation::CountAfterPush {
+                    self.push(&run, queued, false);
+                    run.add_active(queued.len());
+                } else {
+                    run.add_active(queued.len());
+                    self.push(&run, queued, false);
+                }
+            }
+            match next {
+                Some(n) => node = n,
+                None => break,
+            }
+        }
+        self.leave(&run);
+    }
+
+    /// The end of `Shared::run_task`: the task leaves the run's active count. One that reads it
+    /// at 1 first resolves memory stalls, since no release will come after it; if that admitted
+    /// nodes, it queues them and loads the count afresh, so only a check that admitted nothing,
+    /// while the task was alone, lets it take the count to 0.
+    fn leave(&self, run: &Arc<Run>) {
+        run.touch();
+        let mut active = run.active.load(Ordering::Acquire);
+        let mut admitted_before = false;
+        loop {
+            if active == 1 && run.gate.is_some() && run.mutation != Mutation::NoStallHandover {
+                let mut admitted = Vec::new();
+                run.resolve_stall(&mut admitted);
+                let any = !admitted.is_empty();
+                if admitted_before {
+                    run.late_again.fetch_add(admitted.len(), SeqCst);
+                }
+                if any {
+                    run.add_active(admitted.len());
+                    self.push(run, &admitted, true);
+                }
+                admitted_before = any;
+                if run.mutation == Mutation::StaleReload {
+                    active = run.active.load(Ordering::Acquire);
+                    if active != 1 {
+                        continue;
+                    }
+                } else if any {
+                    active = run.active.load(Ordering::Acquire);
+                    continue;
+                }
+            }
+            run.touch();
+            match run
+                .active
+                .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(1) => {
+                    // The run is over; from here on nothing of it may be touched (`sleep.notify`
+                    // is the executor's).
+                    self.ends.fetch_add(1, SeqCst);
+                    return;
+                }
+                Ok(_) => return,
+                Err(now) => active = now,
+            }
+        }
+    }
+
+    /// `Shared::worker_main`: runs whatever it finds until shutdown.
+    fn worker_main(&self) {
+        loop {
+            if let Some(task) = self.find_work() {
+                self.run_task(task, true);
+                continue;
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            thread::yield_now();
+        }
+    }
+}
+
+/// `Executor::drive`: counts the roots, queues all but the first, runs the first, then works
+/// until `active` is 0.
+fn drive(shared: &Shared, run: &Arc<Run>) {
+    let roots = &run.spec.roots;
+    run.active.store(roots.len(), Ordering::Release);
+    shared.push(run, &roots[1..], false);
+    shared.run_task(
+        Task {
+            run: run.clone(),
+            node: roots[0],
+            reserved: false,
+        },
+        false,
+    );
+    while run.active.load(Ordering::Acquire) != 0 {
+        match shared.find_work() {
+            Some(task) => shared.run_task(task, false),
+            None => thread::yield_now(),
+        }
+    }
+}
+
+/// What the caller sees once `active` is 0, and the ghost counts.
+pub struct Outcome {
+    pub failed: bool,
+    pub error: Option<&'static str>,
+    pub waiting: Vec<usize>,
+    /// Per node: times its kernel ran.
+    pub ran: Vec<u32>,
+    /// `live`, and the pool's bytes.
+    pub live: u64,
+    pub held: u64,
+    pub waited: bool,
+    pub late: usize,
+    pub late_again: usize,
+    pub by_worker: usize,
+}
+
+/// One execution of the run, inside `loom::model`: the caller drives the run, reads what it
+/// sees, drops the run and stops the worker.
+pub fn execution(spec: &Arc<Spec>, mutation: Mutation) -> Outcome {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(VecDeque::new()),
+        shutdown: AtomicBool::new(false),
+        ends: GhostUsize::new(0),
+        by_worker: GhostUsize::new(0),
+    });
+    let run = Arc::new(Run::new(spec.clone(), mutation));
+    let worker = {
+        let shared = shared.clone();
+        thread::spawn(move || shared.worker_main())
+    };
+    drive(&shared, &run);
+
+    // `active` is 0: the run is over.
+    assert!(
+        shared.queue.lock().unwrap().is_empty(),
+        "a task is still queued although active is 0"
+    );
+    let mut outcome = Outcome {
+        failed: run.failed(),
+        error: *run.error.lock().unwrap(),
+        waiting: run
+            .gate
+            .as_ref()
+            .map_or(Vec::new(), |g| g.lock().unwrap().waiting.clone()),
+        ran: run.ran.iter().map(|r| r.load(SeqCst)).collect(),
+        live: run.live.load(Ordering::Relaxed),
+        held: run.held.load(SeqCst),
+        waited: run.waited.load(SeqCst),
+        late: run.late.load(SeqCst),
+        late_again: run.late_again.load(SeqCst),
+        by_worker: 0,
+    };
+    // SAFETY: loom checks that every task's access to the run happened before this write.
+    run.alive.with_mut(|alive| unsafe { *alive = false });
+
+    shared.shutdown.store(true, Ordering::Release);
+    worker.join().unwrap();
+    let ends = shared.ends.load(SeqCst);
+    assert_eq!(ends, 1, "active reached 0 {ends} times");
+    outcome.by_worker = shared.by_worker.load(SeqCst);
+    outcome
+}
