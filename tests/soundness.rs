@@ -156,10 +156,8 @@ fn the_pool_refuses_to_release_a_buffer_of_a_run() {
     assert_eq!(unsafe { gs_run(g, pool, null(), &mut result) }, gs_status::GS_OK);
     let mut out = graphsched::Tensor::empty();
     // SAFETY: live result, writable out.
-    assert_eq!(
-        unsafe { gs_result_output(result, ValueRef::new(1, 0), &mut out) },
-        gs_status::GS_OK
-    );
+    let status = unsafe { gs_result_output(result, ValueRef::new(1, 0), &mut out) };
+    assert_eq!(status, gs_status::GS_OK);
     // SAFETY: the pool refuses the pointer before touching it.
     let status = unsafe { gs_pool_release(pool, out.data) };
     assert_eq!(status, gs_status::GS_ERR_UNKNOWN_POINTER);

@@ -63,6 +63,8 @@ pub(super) struct Shared {
     /// Per worker, per band.
     stealers: Vec<Vec<Stealer<Task>>>,
     sleep: Sleep,
+    /// Set once when the executor drops (SeqCst store, then every sleeper is woken under the
+    /// sleep lock); workers read it (Acquire) when they find no work, and exit.
     shutdown: AtomicBool,
 }
 

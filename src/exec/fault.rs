@@ -7,6 +7,8 @@ use std::sync::Mutex;
 
 use crate::graph::Graph;
 
+/// Whether `NODE` holds a name; Release when set, so a run that reads it (Acquire, or Relaxed
+/// then the lock) finds the name. Relaxed on the hot path: a stale `false` only delays a fault.
 static ARMED: AtomicBool = AtomicBool::new(false);
 static NODE: Mutex<Option<String>> = Mutex::new(None);
 

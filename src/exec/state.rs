@@ -70,6 +70,8 @@ pub(super) struct Scratch {
     /// An input whose buffer the current node's output took over (in place): at the node's
     /// end its value goes without giving the buffer back.
     taken: Option<u32>,
+    /// Values the current node freed.
+    freed: Vec<u32>,
 }
 
 /// One executed node in a traced run: when, on which thread, and memory once it finished.
@@ -637,11 +639,16 @@ impl<'r> RunState<'r> {
         admitted
     }
 
-    /// After memory was released: admits waiting nodes that now fit, most critical first.
-    fn readmit(&self, out: &mut Vec<u32>) {
+    /// After `freed` values were released: tells admission, then admits waiting nodes that now
+    /// fit, most critical first.
+    fn readmit(&self, out: &mut Vec<u32>, freed: &[u32]) {
         let Some(gate) = &self.gate else { return };
         let mut guard = lock(&gate.inner);
         let inner = &mut *guard;
+        for &v in freed {
+            let static_bytes = crate::graph::memory::value_bytes(self.graph, v);
+            inner.admission.release(self.graph.value_producer(v), static_bytes);
+        }
         let mut waiting = std::mem::take(&mut inner.waiting);
         waiting.retain(|&node| {
             let fits = self.try_reserve(inner, Some(node), self.prio.output_bytes[node as usize]);
@@ -690,7 +697,7 @@ impl<'r> RunState<'r> {
     /// that nothing running will release, admit what fits or fail the run naming the culprit.
     pub fn resolve_stall(&self, out: &mut Vec<u32>) {
         let Some(gate) = &self.gate else { return };
-        self.readmit(out);
+        self.readmit(out, &[]);
         if !out.is_empty() || self.failed() {
             return;
         }
@@ -977,10 +984,12 @@ impl<'r> RunState<'r> {
     fn finish_node(&self, node: u32, scratch: &mut Scratch) {
         super::fault::check(self.graph, node);
         let g = self.graph;
-        let mut released = false;
+        // Values this node freed; admission hears of them (`readmit`) under a memory limit.
+        let freed = &mut scratch.freed;
+        freed.clear();
         for v in g.node_values(node) {
-            if self.refs[v as usize].load(Ordering::Relaxed) == 0 {
-                released |= self.drop_value(v, scratch.slot);
+            if self.refs[v as usize].load(Ordering::Relaxed) == 0 && self.drop_value(v, scratch.slot) {
+                freed.push(v);
             }
         }
         for &v in g.node_inputs(node) {
@@ -991,16 +1000,18 @@ impl<'r> RunState<'r> {
                     let moved = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
                     self.live.fetch_sub(moved.buffer.capacity as u64, Ordering::Relaxed);
                     // The run's count went down: waiting nodes get their look, as after a release.
-                    released = true;
+                    freed.push(v);
                     continue;
                 }
-                released |= self.drop_value(v, scratch.slot);
+                if self.drop_value(v, scratch.slot) {
+                    freed.push(v);
+                }
             }
         }
         scratch.nodes_run += 1;
         let ready = &mut scratch.ready;
-        if released {
-            self.readmit(&mut scratch.admitted);
+        if !scratch.freed.is_empty() {
+            self.readmit(&mut scratch.admitted, &scratch.freed);
         }
         for &s in self.prio.successors(node) {
             if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {

@@ -35,6 +35,7 @@ pub struct GraphInfo {
 }
 
 /// Numbers graphs in the order they are finalized, for messages that must tell two apart.
+/// Relaxed: the read-modify-write alone makes every number unique.
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A validated, analysed, immutable graph. Runs share it; it is `Send + Sync`.

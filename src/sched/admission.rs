@@ -14,14 +14,16 @@
 //! live_σ(k) + X(k),   X(k) = the output bytes of the nodes of O that σ places after k
 //! ```
 //!
-//! (it holds the same values σ holds, plus outputs made early; values freed early only help).
+//! (it holds the same values σ holds, plus outputs made early and not freed yet; values freed
+//! early only help).
 //! The state is *safe* when `live_σ(k) + X(k) <= L` for every `k >= f`: then that continuation
 //! fits. The rule keeps every state safe:
 //! - the frontier node σ[f] may start whenever its outputs fit now (`live + need <= L`): it
 //!   moves the frontier and leaves `X` as it was;
 //! - any other node v, at position `p > f`, may start only if, besides fitting now, `need`
 //!   fits in the slack `L - live_σ(k) - X(k)` of every step `f <= k < p`; starting it adds
-//!   `need` to `X` over those steps.
+//!   `need` to `X` over those steps, and freeing one of its values takes that value's bytes
+//!   back out (its readers have all run, so no continuation holds it any more).
 //!
 //! So progress is guaranteed: when nothing runs, σ[f]'s producers have all finished, it is ready,
 //! and the safe continuation says its outputs fit. At any `L >= peak(σ)`, on any number of
@@ -49,6 +51,8 @@ struct SafeOrder<'g> {
     order: &'g LiveOrder,
     /// Per position of the order: started (or a graph input, which never runs).
     started: Vec<bool>,
+    /// Per position: started ahead of the frontier, its outputs counted in `X`.
+    ahead: Vec<bool>,
     /// The first position not started.
     frontier: usize,
     /// Per position k: `L - live_σ(k) - X(k)`.
@@ -67,6 +71,7 @@ impl<'g> Admission<'g> {
             let slack = order.live.iter().map(|&live| clamp(limit - live)).collect::<Vec<_>>();
             SafeOrder {
                 order,
+                ahead: vec![false; started.len()],
                 started,
                 frontier,
                 slack: MinAddTree::new(&slack),
@@ -98,13 +103,27 @@ impl<'g> Admission<'g> {
             if safe.slack.min(safe.frontier, p) < clamp(need) {
                 return false;
             }
-            safe.slack.add(safe.frontier, p, -clamp(need));
+            // Over [0, p): positions below the frontier are never asked about again.
+            safe.slack.add(0, p, -clamp(need));
+            safe.ahead[p] = true;
         }
         safe.started[p] = true;
         while safe.frontier < safe.started.len() && safe.started[safe.frontier] {
             safe.frontier += 1;
         }
         true
+    }
+}
+
+impl Admission<'_> {
+    /// A value of `producer` (`bytes`: its static size) was freed: if the producer started ahead
+    /// of the frontier, the slack it took for that value comes back.
+    pub fn release(&mut self, producer: u32, bytes: u64) {
+        let Some(safe) = &mut self.safe else { return };
+        let p = safe.order.position[producer as usize] as usize;
+        if safe.ahead[p] && bytes > 0 {
+            safe.slack.add(0, p, clamp(bytes));
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 //! a thread is free, the ready node the policy prefers starts. Its static outputs become live when
 //! it starts and are released when their last consumer finishes, or when it finishes if nobody
 //! reads them; graph outputs stay. Under a memory limit a ready node starts only if its outputs
-//! fit, and a less critical node that fits may go ahead of one that does not.
+//! fit and the executor's admission rule ([`crate::sched::Admission`]) lets it, and a less
+//! critical node that may start goes ahead of one that may not.
 //!
 //! Cost: O((n + e) log n). Running nodes sit in a heap keyed by finish time. Ready nodes sit in a
 //! min-tree over policy order (rank, or readiness sequence under FIFO) holding the bytes each one
@@ -18,7 +19,7 @@ use std::collections::BinaryHeap;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
-use crate::sched::{Policy, Priorities};
+use crate::sched::{Admission, Policy, Priorities};
 
 /// What to simulate: the knobs of a real run that change its schedule.
 #[derive(Clone, Copy, Debug)]
@@ -112,17 +113,28 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
     let mut batch = prio.roots.clone();
     ready.add(&mut batch, &prio.rank, need);
 
+    // The executor's admission rule (the banker's, over a safe completion order), as it runs.
+    let mut admission = (limit > 0).then(|| Admission::new(graph, limit, true));
+    let mut refused: Vec<(usize, u32, u64)> = Vec::new();
     let (mut now, mut live, mut peak, mut nodes_run) = (0u64, 0u64, 0u64, 0u64);
     loop {
-        // Start what the policy prefers while threads are free and outputs fit.
+        // Start what the policy prefers while threads are free and outputs fit; nodes the
+        // admission rule turns away wait, as they do in a real run.
         while running.len() < cap {
             let budget = if limit == 0 { FITS_ANY } else { limit - live };
             let Some(slot) = ready.first_fitting(budget) else { break };
             let (node, bytes) = ready.take(slot);
+            if admission.as_mut().is_some_and(|a| !a.try_admit(node, bytes, live)) {
+                refused.push((slot, node, bytes));
+                continue;
+            }
             live = live.saturating_add(bytes);
             peak = peak.max(live);
             running.push(Reverse((now.saturating_add(prio.weight[node as usize]), node)));
             nodes_run += 1;
+        }
+        for (slot, node, bytes) in refused.drain(..) {
+            ready.put_back(slot, node, bytes);
         }
         let Some(&Reverse((next, _))) = running.peek() else {
             break;
@@ -137,6 +149,9 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
             let mut release = |v: u32| {
                 if !graph.is_graph_output(v) {
                     live -= value_bytes(v);
+                    if let Some(a) = admission.as_mut() {
+                        a.release(graph.value_producer(v), value_bytes(v));
+                    }
                 }
             };
             for v in graph.node_values(node) {
@@ -272,6 +287,12 @@ impl ReadySet {
     }
 
     /// Removes the node in `slot`: (node, bytes its outputs need).
+    /// Returns a node [`take`](Self::take) took to its slot.
+    fn put_back(&mut self, slot: usize, node: u32, bytes: u64) {
+        self.node_at[slot] = node;
+        self.set(slot, bytes);
+    }
+
     fn take(&mut self, slot: usize) -> (u32, u64) {
         let bytes = self.tree[self.leaves + slot];
         self.set(slot, EMPTY);
@@ -476,10 +497,13 @@ mod tests {
         let free = sim(&g, 2, Policy::CriticalPath);
         // t=0 big and hold; t=1 reader (500 + 600 + 8 live); t=11 small; big ends at 20.
         assert_eq!((free.makespan_ns, free.peak_live_bytes), (20, 1108));
-        // t=0 big starts; hold (600 more) does not fit, small (100) goes ahead of it. Hold waits
-        // for big's release at t=20 and starts then, reader follows: 20 + 1 + 10.
+        // The safe order is the file's (hold, reader, big, small: 608 bytes at most). At t=0 big
+        // (500) would fit, but ahead of that order it leaves 392 bytes of slack at hold's and
+        // reader's steps: admission turns it away. Hold starts, and small (100 fits in the 392)
+        // goes ahead. Reader follows at t=1 (600 + 8 + 100 live); big once hold's value is
+        // freed at t=11, ending at 31.
         let r = simulate(&g, &opts(2, Policy::CriticalPath, 0, 1000)).unwrap();
-        assert_eq!((r.makespan_ns, r.peak_live_bytes, r.nodes_run), (31, 608, 4));
+        assert_eq!((r.makespan_ns, r.peak_live_bytes, r.nodes_run), (31, 708, 4));
     }
 
     #[test]
@@ -596,10 +620,16 @@ mod tests {
                     if r.peak_live_bytes == 0 {
                         continue;
                     }
-                    // The free run never exceeded its peak, so that limit turns nothing away.
-                    let at_peak = simulate(&g, &opts(threads, policy, 0, r.peak_live_bytes)).unwrap();
-                    assert_eq!(at_peak, r, "{ctx}");
-                    for limit in [r.peak_live_bytes * 3 / 4, r.peak_live_bytes / 2].map(|l| l.max(1)) {
+                    // At or above the safe order's bound admission guarantees completion; below
+                    // it a run may fail, only with a memory-limit error.
+                    let bound = g.lowest_live_order().peak;
+                    let limits = [
+                        r.peak_live_bytes,
+                        r.peak_live_bytes * 3 / 4,
+                        r.peak_live_bytes / 2,
+                        bound,
+                    ];
+                    for limit in limits.map(|l| l.max(1)) {
                         match simulate(&g, &opts(threads, policy, 0, limit)) {
                             Ok(tight) => {
                                 assert!(tight.peak_live_bytes <= limit, "{ctx}, limit {limit}: {tight:?}");
@@ -607,7 +637,10 @@ mod tests {
                                 assert_eq!(tight.nodes_run, ops, "{ctx}");
                                 limited_ok += 1;
                             }
-                            Err(e) => assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{ctx}: {e}"),
+                            Err(e) => {
+                                assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{ctx}: {e}");
+                                assert!(limit < bound, "{ctx}: limit {limit} >= bound {bound}: {e}");
+                            }
                         }
                     }
                 }
