@@ -8,9 +8,11 @@
 //!
 //! Layers, data flowing down:
 //! - [`ffi`]: the C ABI (`include/graphsched.h`), a thin shell of checks and conversions;
-//! - [`graph`]: the builder, validation and analysis (order, levels, critical path);
+//! - [`graph`]: the builder, validation and analysis (order, levels, critical path, memory along
+//!   an order);
 //! - [`plan`]: static memory plans, one arena offset per value;
-//! - [`sched`]: policy, which ready node goes first (slack, bands, learned estimates);
+//! - [`sched`]: policy, which ready node goes first (slack, bands, learned estimates), and which
+//!   may start under a memory limit (admission, the banker's rule over a safe order);
 //! - [`exec`]: mechanism: the run state, the executor's work-stealing workers, the drivers, the
 //!   context kernels see;
 //! - [`sim`]: the same policy on a virtual clock, for any thread count;

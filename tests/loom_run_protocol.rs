@@ -1,7 +1,8 @@
 //! A loom model of the executor's run-completion protocol (`src/exec/executor.rs`,
 //! `src/exec/state.rs`, `src/sched/admission.rs`), checked over every interleaving of two threads
-//! up to a preemption bound, the way crossbeam checks its deque. The model is in `loom/mod.rs`,
-//! each part beside the real function it mirrors; this file holds the graphs and the checks.
+//! up to a preemption bound, the way crossbeam checks its deque. The model is in `loom/mod.rs`
+//! and `loom/admission.rs`, each part beside the real function it mirrors; this file holds the
+//! graphs and the checks.
 //!
 //! What is modelled:
 //! - `active`, the count of a run's queued and running tasks (`RunState::active`). A task counts
@@ -15,12 +16,16 @@
 //!   count from 1 to 0. (Reading 1 again after an admitting check is not enough: the admitted
 //!   tasks may have run, left a node waiting and finished meanwhile; `Mutation::StaleReload`.)
 //! - Admission under a memory limit (`RunState::admit`, `try_reserve`, `readmit`): a node that may
-//!   not start goes on `waiting` under the gate mutex; every release lowers `live` (`drop_value`)
-//!   and then re-examines `waiting` under the same mutex (`finish_node`). The rule is
-//!   `sched::Admission::try_admit` with a plain array for its segment tree: the plain fit
-//!   `live + need <= limit`, and, at a limit at or above the peak of σ (the safe completion order,
-//!   given with each graph), the banker's check of σ's slack for a node that starts ahead of σ's
-//!   frontier.
+//!   not start goes on `waiting` under the gate mutex. A finishing node frees the values nobody
+//!   reads any more, each lowering `live` (`drop_value`), and passes those that held memory to
+//!   `readmit` (`finish_node`), which under the same mutex first tells the rule of each, then
+//!   re-examines `waiting`; a stall check is a `readmit` with none. The rule is
+//!   `sched::Admission` (in `loom/admission.rs`) with a plain array for its segment tree:
+//!   `try_admit` is the plain fit `live + need <= limit` and, at a limit at or above the peak of σ
+//!   (the safe completion order, given with each graph), the banker's check of σ's slack for a
+//!   node that starts ahead of σ's frontier, which then takes its need from the slack of every
+//!   step before its own and is marked ahead; `release` gives a freed value's static bytes back
+//!   to those steps if its producer started ahead.
 //! - Nodes (`RunState::execute`, `run_kernel`, `finish_node`, `drop_value`): each makes one value
 //!   of a static size, held in a slot written by its producer and emptied by its last reader
 //!   (reference and `pending` counts with the real orderings); the continuation rule keeps the
@@ -33,27 +38,29 @@
 //! any thread may take any queued task); sleeping and waking (`Sleep`: `yield_now`); the window
 //! (`Window::enter`, `leave`, `Shared::restart`: a deferred task stays counted in `active` and
 //! keeps its `reserved` flag, but neither that nor the window's own protocol is modelled); in-place
-//! outputs (their takeover lowers `live` and sets `released`, so it is one more release), dynamic
-//! outputs, static plans, block caches, cancellation, deadlines, kernel failures, the
+//! outputs (their takeover lowers `live` and puts the input on `freed`, so it is one more release),
+//! dynamic outputs, static plans, block caches, cancellation, deadlines, kernel failures, the
 //! `catch_unwind` backstops and the pool itself (a ghost count of the bytes it has handed out
 //! stands in for it). Ghost state, in `std` atomics (which loom does not schedule on) or in plain
 //! fields under a mutex already held, observes; it adds no interleavings.
 //!
 //! Checked in every interleaving: each node runs at most once, after its producers (loom's
 //! `UnsafeCell` flags a slot read that does not happen after its write), and exactly once unless
-//! the run failed; the pool's bytes and `live` never exceed the limit; a run never ends with a
-//! node waiting and no error; it fails only with a memory-limit error, and never where the
-//! banker's rule guarantees completion; `active` never rises from 0 and reaches 0 exactly once;
-//! once it has, no task touches the run (the caller's drop writes a loom `UnsafeCell` that every
-//! access to the run reads).
+//! the run failed; the pool's bytes and `live` never exceed the limit; a run never ends with a node
+//! waiting and no error; it fails only with a memory-limit error, and never where the banker's rule
+//! guarantees completion; the rule's state stays safe, no step at or past σ's frontier with
+//! negative slack (checked at every change to the slack: the invariant that guarantees completion);
+//! `active` never rises from 0 and reaches 0 exactly once; once it has, no task touches the run
+//! (the caller's drop writes a loom `UnsafeCell` that every access to the run reads).
 //!
-//! And "a node never waits for a release that already happened", which the handover would
-//! otherwise hide by readmitting the node late: a node goes on `waiting` only while the rule still
-//! refuses it on the bytes whose release has been followed by a readmit; under the plain fit a
+//! And "a node never waits for a release that already happened", which the handover would otherwise
+//! hide by readmitting the node late: a node goes on `waiting` only while the rule still refuses it
+//! on the bytes (and the slack) whose release has been followed by a readmit; under the plain fit a
 //! stall check admits nothing. Under the banker's rule a stall check can admit nodes, with no wake
 //! lost: an admission that moves σ's frontier (no release) can make a waiting node admissible, and
-//! so can an admission later in the same `readmit` pass; only the next release or stall check
-//! looks again. The model counts those (`late`).
+//! so can an admission later in the same `readmit` pass; only the next release or stall check looks
+//! again. The model counts those (`late`). Slack a release gives back is not among them: `readmit`
+//! tells the rule before it looks at `waiting`.
 //!
 //! The mutation tests break one step each and check that loom finds the violation.
 
@@ -154,6 +161,7 @@ struct Tally {
     waited: AtomicUsize,
     late: AtomicUsize,
     late_again: AtomicUsize,
+    returned: AtomicUsize,
     by_worker: AtomicUsize,
 }
 
@@ -215,17 +223,20 @@ fn check_counting(spec: Spec, mutation: Mutation, expect: Expect, preemptions: u
         counts.waited.fetch_add(end.waited as usize, SeqCst);
         counts.late.fetch_add(end.late, SeqCst);
         counts.late_again.fetch_add(end.late_again, SeqCst);
+        counts.returned.fetch_add(end.returned, SeqCst);
         counts.by_worker.fetch_add(end.by_worker, SeqCst);
     });
     eprintln!(
         "{mutation:?}: {} interleavings in {:.2?}: {} failed, {} with a node waiting for memory, {} nodes \
-         admitted late by a stall check, {} of them by a task's second check, {} nodes run by the worker",
+         admitted late by a stall check, {} of them by a task's second check, {} releases that gave slack \
+         back, {} nodes run by the worker",
         tally.executions.load(SeqCst),
         started.elapsed(),
         tally.failed.load(SeqCst),
         tally.waited.load(SeqCst),
         tally.late.load(SeqCst),
         tally.late_again.load(SeqCst),
+        tally.returned.load(SeqCst),
         tally.by_worker.load(SeqCst),
     );
 }
@@ -317,13 +328,17 @@ fn frontier_move() -> Spec {
 }
 
 /// O1, O2, U, P, Z, Q1, Q2 (nodes 0 to 6), P -> Q1, P -> Q2, the others roots: O1 and O2 make
-/// 1 byte that nobody reads (dropped as they end), U and P 1 byte each (graph outputs), Z, Q1 and
-/// Q2 nothing; limit 2, σ = Z, O1, P, O2, U, Q1, Q2 (live 0, 1, 1, 2, 2, 2, 2). When O1 and O2
-/// start first, ahead of σ's frontier (Z), P has no slack left at Z's step and U none at P's, so
-/// both wait. Z starts and moves the frontier to P, releasing nothing. If Z's task is the last,
-/// its stall check looks at U first (more critical), still refused at P's step, then admits P,
-/// whose start moves the frontier past P and O2 to U. U now fits, but the pass is past it, and
-/// P, Q1 and Q2 release nothing (P is a graph output): only a second stall check admits U.
+/// 2 bytes and 1 byte that nobody reads (dropped as they end), U and P 1 and 2 bytes (graph
+/// outputs), Z, Q1 and Q2 nothing; limit 3, σ = Z, O1, P, O2, U, Q1, Q2 (live 0, 2, 2, 3, 3, 3,
+/// 3). O1 and O2 may start first, ahead of σ's frontier (Z), and P and U then wait. Once both
+/// values are freed, the slack O1 and O2 took is back, but σ itself holds P at O1's step (1 byte
+/// of slack, P needs 2) and U at O2's (none) while the frontier is before them. Z starts and
+/// moves the frontier to P, releasing nothing. If Z's task is the last, its stall check looks at
+/// U first (more critical), still refused at O2's step, then admits P, whose start moves the
+/// frontier past P and O2 to U. U now fits (3 bytes with P), but the pass is past it, and P, Q1
+/// and Q2 release nothing (P is a graph output): only a second stall check admits U. (Were O1
+/// and P 1 byte each under a limit of 2, O2's release would give back the slack P lacks and
+/// admit it then, before Z.)
 /// Without Q1 and Q2 the graph has the same race, but loom does not find it (not at a bound of 3
 /// either): the worker's only accesses to `active` are then its leave's load and compare-exchange,
 /// and loom's DPOR compares an access with the object's last access only, so the race of that
@@ -332,9 +347,9 @@ fn frontier_move() -> Spec {
 fn handover_twice() -> Spec {
     Spec::new(
         vec![vec![], vec![], vec![], vec![], vec![], vec![3], vec![3]],
-        vec![1, 1, 1, 1, 0, 0, 0],
+        vec![2, 1, 1, 2, 0, 0, 0],
         vec![false, false, true, true, false, false, false],
-        2,
+        3,
         vec![4, 0, 3, 1, 2, 5, 6],
     )
 }
@@ -362,9 +377,12 @@ fn two_chains_wait_and_readmit_and_complete() {
     );
 }
 
+/// A producer that starts ahead of the other takes slack for its value; the consumer frees it
+/// and the slack comes back (`Admission::release`).
 #[test]
 fn fan_in_that_fits_completes() {
-    check(fan_in(5), Mutation::None, Expect::Complete, 3);
+    let tally = check(fan_in(5), Mutation::None, Expect::Complete, 3);
+    assert!(tally.returned.load(SeqCst) > 0, "no release gave slack back");
 }
 
 #[test]
@@ -464,4 +482,15 @@ fn mutation_stale_reload_is_caught() {
 fn mutation_no_slack_check_is_caught() {
     let message = violation(greedy_trap(), Mutation::NoSlackCheck, Expect::Complete, 3);
     assert!(message.contains("the banker's rule guarantees completion"), "{message}");
+}
+
+/// X2 (2 bytes) passes a check that misses Y1's step, where σ leaves 1 byte of slack: the state
+/// is unsafe as soon as X2 is admitted, before the run deadlocks.
+#[test]
+fn mutation_slack_check_short_is_caught() {
+    let message = violation(greedy_trap(), Mutation::SlackCheckShort, Expect::Complete, 3);
+    assert!(
+        message.contains("unsafe admission state: slack -1 at step 1"),
+        "{message}"
+    );
 }

@@ -171,13 +171,24 @@ impl State {
     }
 
     /// Takes back the block at `ptr`, whose caller's bytes start `guard` bytes in.
-    fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize) -> Result<()> {
+    /// `by` must own it (`Owner`): one look-up both checks and removes.
+    fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize, by: Owner) -> Result<()> {
+        use std::collections::hash_map::Entry;
         let addr = ptr.as_ptr() as usize;
-        let Some(live) = self.live.remove(&addr) else {
-            return err(
-                ErrorKind::UnknownPointer,
-                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
-            );
+        let live = match self.live.entry(addr) {
+            Entry::Occupied(e) if e.get().owner == Owner::Run && by == Owner::Caller => {
+                return err(
+                    ErrorKind::UnknownPointer,
+                    run_owned_message((addr + guard) as *const u8),
+                )
+            }
+            Entry::Occupied(e) => e.remove(),
+            Entry::Vacant(_) => {
+                return err(
+                    ErrorKind::UnknownPointer,
+                    format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
+                )
+            }
         };
         if sanitize::active() {
             // Before the block goes back to the free lists: from there another thread may take it.
@@ -380,8 +391,12 @@ impl Pool {
 
     /// The block's address, after checking that `by` may give it back and, with red zones on,
     /// checking its guards and poisoning it.
+    /// (Without red zones there is nothing to check here: `State::release` checks the owner.)
     fn unguard(&self, ptr: NonNull<u8>, st: &State, by: Owner) -> Result<NonNull<u8>> {
         let g = self.guard_bytes();
+        if g == 0 {
+            return Ok(ptr);
+        }
         let addr = (ptr.as_ptr() as usize).wrapping_sub(g);
         let Some(live) = st.live.get(&addr) else {
             return err(
@@ -389,17 +404,9 @@ impl Pool {
                 format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
             );
         };
+        // Before the poison fill below: a block the caller may not release stays untouched.
         if live.owner == Owner::Run && by == Owner::Caller {
-            return err(
-                ErrorKind::UnknownPointer,
-                format!(
-                    "pointer {ptr:p} is the buffer of a value of a graph run, not a block from gs_pool_acquire: \
-                     the run (or its result, when freed) gives it back"
-                ),
-            );
-        }
-        if g == 0 {
-            return Ok(ptr);
+            return err(ErrorKind::UnknownPointer, run_owned_message(ptr.as_ptr()));
         }
         let nbytes = live.nbytes - 2 * g;
         // SAFETY: the block is live (just looked up) and `nbytes` long.
@@ -459,7 +466,7 @@ impl Pool {
             ),
             Err(e) => return Err(e),
         };
-        st.release(block, self.mempool, self.guard_bytes())?;
+        st.release(block, self.mempool, self.guard_bytes(), by)?;
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
         }
@@ -475,7 +482,7 @@ impl Pool {
         let mut st = self.lock();
         let result = ptrs.into_iter().try_for_each(|p| {
             let block = self.unguard(p, &st, by)?;
-            st.release(block, self.mempool, self.guard_bytes())
+            st.release(block, self.mempool, self.guard_bytes(), by)
         });
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
@@ -532,6 +539,13 @@ impl Drop for Pool {
     }
 }
 
+fn run_owned_message(ptr: *const u8) -> String {
+    format!(
+        "pointer {ptr:p} is the buffer of a value of a graph run, not a block from gs_pool_acquire: the run (or \
+         its result, when freed) gives it back"
+    )
+}
+
 /// Hashes block addresses: multiply, then fold the high bits down, since addresses share their
 /// low bits (alignment) and the table indexes by low bits.
 #[derive(Default)]
@@ -559,79 +573,4 @@ impl Hasher for AddrHasher {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reuses_released_blocks_and_counts() {
-        let pool = Pool::default();
-        let a = pool.acquire(100_000, false).unwrap();
-        assert_eq!(a.as_ptr() as usize % 64, 0);
-        // SAFETY: a block of this test, not used after its release.
-        unsafe { pool.release(a) }.unwrap();
-        let b = pool.acquire(90_000, true).unwrap();
-        assert_eq!(a, b, "a smaller request reuses the freed block");
-        let s = pool.stats();
-        assert_eq!((s.acquires, s.cache_hits, s.live_bytes), (2, 1, 90_000));
-        // SAFETY: not a block of the pool: refused before anything is touched.
-        let dangling = unsafe { pool.release(NonNull::dangling()) };
-        assert_eq!(dangling.unwrap_err().kind(), ErrorKind::UnknownPointer);
-        // SAFETY: a block of this test, not used after its release.
-        unsafe { pool.release(b) }.unwrap();
-        // SAFETY: released already: refused before anything is touched.
-        let again = unsafe { pool.release(b) };
-        assert_eq!(again.unwrap_err().kind(), ErrorKind::UnknownPointer);
-        pool.trim();
-        assert_eq!(pool.stats().reserved_bytes, 0);
-    }
-
-    #[test]
-    fn the_largest_requests_are_refused_not_rounded_past_the_limit() {
-        let pool = Pool::default();
-        assert_eq!(
-            pool.acquire((7 << 60) + 1, false).unwrap_err().kind(),
-            ErrorKind::OutOfMemory
-        );
-        assert_eq!(
-            pool.acquire(usize::MAX - 10, false).unwrap_err().kind(),
-            ErrorKind::SizeOverflow
-        );
-        assert_eq!(pool.acquire(1 << 62, false).unwrap_err().kind(), ErrorKind::OutOfMemory);
-        assert_eq!(pool.acquire(0, false).unwrap_err().kind(), ErrorKind::InvalidArgument);
-        let s = pool.stats();
-        assert_eq!((s.live_bytes, s.acquires), (0, 0));
-    }
-
-    #[test]
-    fn the_cap_holds_after_every_release() {
-        let cap = 1 << 20;
-        let pool = Pool::new(PoolConfig {
-            max_pool_bytes: cap,
-            ..Default::default()
-        })
-        .unwrap();
-        let blocks: Vec<_> = (0..8)
-            .map(|i| pool.acquire(300_000 + i * 1000, false).unwrap())
-            .collect();
-        assert!(pool.stats().reserved_bytes > cap, "live memory may exceed the cap");
-        for b in blocks {
-            // SAFETY: acquired above, not used after.
-            unsafe { pool.release(b) }.unwrap();
-            assert!(pool.stats().reserved_bytes <= cap.max(pool.stats().live_bytes + (1 << 16)));
-        }
-        assert!(pool.stats().reserved_bytes <= cap);
-        assert!(pool.stats().os_frees > 0);
-    }
-
-    #[test]
-    fn bad_configurations_are_refused() {
-        let e = Pool::new(PoolConfig {
-            large_threshold_bytes: 1 << 20,
-            ..Default::default()
-        })
-        .err()
-        .unwrap();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        assert!(e.message().contains("large_threshold_bytes"));
-    }
-}
+mod tests;

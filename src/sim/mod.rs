@@ -1,7 +1,7 @@
 //! Simulated runs: the policy of [`crate::sched`] driven by a virtual clock instead of threads,
 //! so that "what would 8 or 64 cores do" has a deterministic answer on any machine.
 //!
-//! The model mirrors a real run. A node takes its estimated duration ([`Priorities::weight`]) and
+//! The model mirrors a real run. A node takes its estimated duration ([`crate::sched::Priorities::weight`]) and
 //! becomes ready when all its operator inputs are done (graph inputs are done at time 0); whenever
 //! a thread is free, the ready node the policy prefers starts. Its static outputs become live when
 //! it starts and are released when their last consumer finishes, or when it finishes if nobody
@@ -19,7 +19,10 @@ use std::collections::BinaryHeap;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
-use crate::sched::{Admission, Policy, Priorities};
+use crate::sched::{Admission, Policy};
+
+mod ready;
+use ready::{ReadySet, FITS_ANY};
 
 /// What to simulate: the knobs of a real run that change its schedule.
 #[derive(Clone, Copy, Debug)]
@@ -211,106 +214,6 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
             work_ns as f64 / (now as f64 * threads as f64)
         },
     })
-}
-
-/// Tree entry of a slot with no ready node: fits no budget.
-const EMPTY: u64 = u64::MAX;
-/// A budget every ready node fits (node outputs are at most `isize::MAX` bytes).
-const FITS_ANY: u64 = u64::MAX - 1;
-
-/// Ready nodes in policy order. Each node gets a slot when it becomes ready (its rank, or the
-/// next readiness sequence number under FIFO, ties in topological order); a min-tree over the
-/// slots holds the bytes each node's outputs need, [`EMPTY`] for free slots.
-struct ReadySet {
-    /// Implicit binary tree: leaves at `leaves..2 * leaves`, each inner entry the min of its two.
-    tree: Vec<u64>,
-    leaves: usize,
-    node_at: Vec<u32>,
-    /// FIFO only: topological position per node; `None` orders by rank.
-    position: Option<Vec<u32>>,
-    next_seq: u32,
-}
-
-impl ReadySet {
-    fn new(graph: &Graph, prio: &Priorities, policy: Policy) -> Self {
-        let n = graph.node_count();
-        let leaves = n.next_power_of_two().max(1);
-        let position = (policy == Policy::Fifo).then(|| {
-            let mut position = vec![0u32; n];
-            for (i, &v) in graph.topological_order().iter().enumerate() {
-                position[v as usize] = i as u32;
-            }
-            position
-        });
-        debug_assert_eq!(prio.rank.len(), n);
-        ReadySet {
-            tree: vec![EMPTY; 2 * leaves],
-            leaves,
-            node_at: vec![0; n],
-            position,
-            next_seq: 0,
-        }
-    }
-
-    /// Makes the nodes of `batch`, which became ready at the same instant, ready; empties it.
-    fn add(&mut self, batch: &mut Vec<u32>, rank: &[u32], need: impl Fn(u32) -> u64) {
-        if let Some(position) = &self.position {
-            batch.sort_unstable_by_key(|&v| position[v as usize]);
-        }
-        for &node in batch.iter() {
-            let slot = match self.position {
-                Some(_) => {
-                    self.next_seq += 1;
-                    self.next_seq - 1
-                }
-                None => rank[node as usize],
-            } as usize;
-            self.node_at[slot] = node;
-            self.set(slot, need(node));
-        }
-        batch.clear();
-    }
-
-    /// The first slot in policy order whose node needs at most `budget` bytes.
-    fn first_fitting(&self, budget: u64) -> Option<usize> {
-        if self.tree[1] > budget {
-            return None;
-        }
-        let mut i = 1;
-        while i < self.leaves {
-            i *= 2;
-            if self.tree[i] > budget {
-                i += 1;
-            }
-        }
-        Some(i - self.leaves)
-    }
-
-    /// Removes the node in `slot`: (node, bytes its outputs need).
-    /// Returns a node [`take`](Self::take) took to its slot.
-    fn put_back(&mut self, slot: usize, node: u32, bytes: u64) {
-        self.node_at[slot] = node;
-        self.set(slot, bytes);
-    }
-
-    fn take(&mut self, slot: usize) -> (u32, u64) {
-        let bytes = self.tree[self.leaves + slot];
-        self.set(slot, EMPTY);
-        (self.node_at[slot], bytes)
-    }
-
-    fn set(&mut self, slot: usize, value: u64) {
-        let mut i = self.leaves + slot;
-        self.tree[i] = value;
-        while i > 1 {
-            i /= 2;
-            let min = self.tree[2 * i].min(self.tree[2 * i + 1]);
-            if self.tree[i] == min {
-                break; // ancestors already agree
-            }
-            self.tree[i] = min;
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The model checked by `loom_run_protocol.rs` (whose module docs say what it covers), each part
-//! beside the real function it mirrors, and the checks run on every interleaving.
+//! beside the real function it mirrors (the admission rule in `admission.rs`), and the checks run
+//! on every interleaving.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool as GhostBool, AtomicU32 as GhostU32, AtomicU64 as GhostU64};
@@ -12,6 +13,9 @@ use loom::sync::Mutex;
 use loom::thread;
 
 use super::Spec;
+
+mod admission;
+use admission::Admission;
 
 /// One step of the protocol broken on purpose, to show that the model catches it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -31,62 +35,12 @@ pub enum Mutation {
     StaleReload,
     /// `try_admit` without the banker's check: only the plain fit.
     NoSlackCheck,
+    /// `try_admit`'s banker's check misses the step just before the node's position (an off by
+    /// one in its range); the slack it takes still covers that step.
+    SlackCheckShort,
 }
 
 pub const MEMORY_LIMIT: &str = "memory limit";
-
-/// `sched::Admission`, its segment tree a plain array. Under the gate mutex.
-#[derive(Clone)]
-struct Admission {
-    limit: u64,
-    /// `None` below σ's peak: only the plain fit applies.
-    safe: Option<SafeOrder>,
-}
-
-#[derive(Clone)]
-struct SafeOrder {
-    /// Per position of σ: started.
-    started: Vec<bool>,
-    /// The first position not started.
-    frontier: usize,
-    /// Per position k: `L - live_σ(k) - X(k)`, X(k) the bytes of nodes started past k.
-    slack: Vec<i64>,
-}
-
-impl Admission {
-    fn new(spec: &Spec, mutation: Mutation) -> Admission {
-        let safe = (spec.guaranteed() && mutation != Mutation::NoSlackCheck).then(|| SafeOrder {
-            started: vec![false; spec.bytes.len()],
-            frontier: 0,
-            slack: spec.live_sigma.iter().map(|&l| (spec.limit - l) as i64).collect(),
-        });
-        Admission {
-            limit: spec.limit,
-            safe,
-        }
-    }
-
-    /// `Admission::try_admit`: whether `node` may start while the run holds `live` bytes; if so
-    /// it counts as started.
-    fn try_admit(&mut self, spec: &Spec, node: usize, need: u64, live: u64) -> bool {
-        if live + need > self.limit {
-            return false;
-        }
-        let Some(safe) = &mut self.safe else { return true };
-        let p = spec.position[node];
-        if p > safe.frontier {
-            if safe.slack[safe.frontier..p].iter().copied().min().unwrap() < need as i64 {
-                return false;
-            }
-            safe.slack[safe.frontier..p].iter_mut().for_each(|s| *s -= need as i64);
-        }
-        safe.started[p] = true;
-        while safe.frontier < safe.started.len() && safe.started[safe.frontier] {
-            safe.frontier += 1;
-        }
-        true
-    }
-}
 
 /// A value's slot (`Slot`): written once by its producer, emptied by its last reader.
 #[derive(Default)]
@@ -130,6 +84,8 @@ struct Run {
     /// again because its previous one admitted nodes.
     late: GhostUsize,
     late_again: GhostUsize,
+    /// Ghost: freed values whose producer had started ahead, so that the rule gave slack back.
+    returned: GhostUsize,
 }
 
 // SAFETY: as for `RunState`: the slots are shared under the protocol (which loom checks here);
@@ -181,6 +137,7 @@ impl Run {
             waited: GhostBool::new(false),
             late: GhostUsize::new(0),
             late_again: GhostUsize::new(0),
+            returned: GhostUsize::new(0),
             spec,
             mutation,
         }
@@ -237,7 +194,8 @@ impl Run {
         };
         // Model-only check: the node waits only for a release still to come. The rule refused
         // it on a `live` of at most `announced` (see `GateInner`), and refuses at any higher
-        // value, so this holds whenever the refusal and the wait share one hold of the mutex.
+        // value; its slack is as the readmits so far left it. So this holds whenever the refusal
+        // and the wait share one hold of the mutex.
         let (need, announced) = (self.spec.bytes[node], inner.announced);
         assert!(
             !inner.admission.clone().try_admit(&self.spec, node, need, announced),
@@ -258,20 +216,29 @@ impl Run {
         if !inner.admission.try_admit(&self.spec, node, need, live) {
             return false;
         }
+        inner.admission.assert_safe();
         let now = self.live.fetch_add(need, Ordering::Relaxed) + need;
         assert!(now <= self.spec.limit, "live bytes exceed the limit");
         inner.announced += need;
         true
     }
 
-    /// `RunState::readmit`: admits the waiting nodes that now fit, most critical first.
-    /// `released`: ghost, the bytes the caller's release gave back (0 for a stall check).
-    fn readmit(&self, out: &mut Vec<usize>, released: u64) {
+    /// `RunState::readmit`: after the `freed` values were released (none for a stall check),
+    /// tells the rule, then admits the waiting nodes that now fit, most critical first.
+    fn readmit(&self, out: &mut Vec<usize>, freed: &[usize]) {
         self.touch();
         let Some(gate) = &self.gate else { return };
         let mut guard = gate.lock().unwrap();
         let inner = &mut *guard;
-        inner.announced -= released;
+        for &v in freed {
+            // Node `v` made value `v`, of `bytes[v]` static bytes (its buffer's size too).
+            let bytes = self.spec.bytes[v];
+            let back = inner.admission.gives_back(&self.spec, v);
+            self.returned.fetch_add(back as usize, SeqCst);
+            inner.admission.release(&self.spec, v, bytes);
+            inner.announced -= bytes;
+        }
+        inner.admission.assert_safe();
         let mut waiting = std::mem::take(&mut inner.waiting);
         waiting.retain(|&node| {
             let fits = self.try_reserve(inner, node);
@@ -288,10 +255,11 @@ impl Run {
     fn resolve_stall(&self, out: &mut Vec<usize>) {
         self.touch();
         let Some(gate) = &self.gate else { return };
-        self.readmit(out, 0);
+        self.readmit(out, &[]);
         self.late.fetch_add(out.len(), SeqCst);
-        // Model-only check: every release re-examined `waiting` after lowering `live`, so under
-        // the plain fit nothing waiting fits now (see the module docs for the banker's rule).
+        // Model-only check: every release re-examined `waiting` after lowering `live` (and
+        // telling the rule), so under the plain fit nothing waiting fits now (see the module
+        // docs for the banker's rule).
         assert!(
             out.is_empty() || self.spec.guaranteed(),
             "lost wake-up: node(s) {out:?} waited although a release had made room for them"
@@ -342,21 +310,22 @@ impl Run {
         self.slots[node].with_mut(|s| unsafe { *s = Slot { made: true, bytes } });
     }
 
-    /// `RunState::finish_node`: drops what nobody reads any more, readmits if that released
-    /// memory, then marks the successors. (An in-place takeover, not modelled, lowers `live`
-    /// and sets `released` too.)
+    /// `RunState::finish_node`: drops what nobody reads any more, collecting the values that
+    /// held memory (`scratch.freed`), passes them to `readmit` if there are any, then marks the
+    /// successors. (An in-place takeover, not modelled, lowers `live` and puts the input on
+    /// `freed` too.)
     fn finish_node(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
-        let mut released = 0; // the real one keeps a bool
-        if self.refs[node].load(Ordering::Relaxed) == 0 {
-            released += self.drop_value(node);
+        let mut freed = Vec::new();
+        if self.refs[node].load(Ordering::Relaxed) == 0 && self.drop_value(node) {
+            freed.push(node);
         }
         for &v in &self.spec.inputs[node] {
-            if self.refs[v].fetch_sub(1, Ordering::AcqRel) == 1 {
-                released += self.drop_value(v);
+            if self.refs[v].fetch_sub(1, Ordering::AcqRel) == 1 && self.drop_value(v) {
+                freed.push(v);
             }
         }
-        if released > 0 {
-            self.readmit(admitted, released);
+        if !freed.is_empty() {
+            self.readmit(admitted, &freed);
         }
         for &s in &self.spec.successors[node] {
             if self.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -366,8 +335,8 @@ impl Run {
     }
 
     /// `RunState::drop_value`: the block goes back to the pool, and only then may admission
-    /// count its bytes as free. Returns the bytes (the real one: whether it held any).
-    fn drop_value(&self, v: usize) -> u64 {
+    /// count its bytes as free. True if it held any.
+    fn drop_value(&self, v: usize) -> bool {
         // SAFETY: the last reference is gone; loom checks that every read happened before.
         let slot = self.slots[v].with_mut(|s| unsafe { std::mem::take(&mut *s) });
         assert!(slot.made, "value {v} dropped before it was made");
@@ -375,7 +344,7 @@ impl Run {
             self.held.fetch_sub(slot.bytes, SeqCst);
             self.live.fetch_sub(slot.bytes, Ordering::Relaxed);
         }
-        slot.bytes
+        slot.bytes > 0
     }
 }
 
@@ -547,6 +516,7 @@ pub struct Outcome {
     pub waited: bool,
     pub late: usize,
     pub late_again: usize,
+    pub returned: usize,
     pub by_worker: usize,
 }
 
@@ -584,6 +554,7 @@ pub fn execution(spec: &Arc<Spec>, mutation: Mutation) -> Outcome {
         waited: run.waited.load(SeqCst),
         late: run.late.load(SeqCst),
         late_again: run.late_again.load(SeqCst),
+        returned: run.returned.load(SeqCst),
         by_worker: 0,
     };
     // SAFETY: loom checks that every task's access to the run happened before this write.
