@@ -368,7 +368,9 @@ typedef struct gs_sim_options {
 typedef struct gs_sim_result {
   // When the last node finished.
   uint64_t makespan_ns;
-  // What no schedule can beat: max(critical path, work / threads rounded up).
+  // What no schedule can beat: the critical path, work / threads, and for every node its
+  // ancestors' work / threads plus its longest path (and the mirror), whichever is largest
+  // (src/sched/bound.rs).
   uint64_t makespan_lb_ns;
   uint64_t critical_path_ns;
   // Sum of all estimates.

@@ -10,7 +10,9 @@
 use crate::graph::Graph;
 
 mod admission;
+mod bound;
 pub use admission::Admission;
+pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
 
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
@@ -44,6 +46,10 @@ pub struct Priorities {
     pub roots: Vec<u32>,
     /// Bytes of each node's statically sized outputs: what memory admission reserves.
     pub output_bytes: Vec<u64>,
+    /// Per node: the work of its strict ancestors and of its strict descendants (empty for
+    /// graphs over [`MAX_EXACT_NODES`] nodes), for [`makespan_bound`](Self::makespan_bound).
+    ancestor_work: Vec<u64>,
+    descendant_work: Vec<u64>,
     /// Consumers of each node, one per input slot as in [`Graph::successors`], most critical first.
     succ_start: Vec<u32>,
     succ: Vec<u32>,
@@ -117,8 +123,13 @@ impl Priorities {
                     .sum()
             })
             .collect();
+        let (ancestor_work, descendant_work) = bound::ancestor_and_descendant_work(&weight, topo, |v| {
+            g.node_inputs(v).iter().map(|&val| g.value_producer(val)).collect()
+        });
         Priorities {
             output_bytes,
+            ancestor_work,
+            descendant_work,
             total_work_ns: weight.iter().copied().fold(0, u64::saturating_add),
             weight,
             bottom_level,
@@ -133,6 +144,19 @@ impl Priorities {
             succ,
             basis: (0..g.op_type_count() as u32).map(|op| g.learned_op_ns(op)).collect(),
         }
+    }
+
+    /// What no schedule on `threads` threads can beat, under these estimates, and which term
+    /// binds (see [`MakespanBound`]).
+    pub fn makespan_bound(&self, threads: usize) -> MakespanBound {
+        bound::makespan_bound(
+            threads,
+            &self.weight,
+            &self.top_level,
+            &self.bottom_level,
+            &self.ancestor_work,
+            &self.descendant_work,
+        )
     }
 
     /// Consumers of `node`, one per input slot, most critical first.

@@ -54,7 +54,9 @@ impl Default for SimOptions {
 pub struct SimResult {
     /// When the last node finished.
     pub makespan_ns: u64,
-    /// What no schedule can beat: max(critical path, work / threads rounded up).
+    /// What no schedule can beat: the critical path, work / threads, and for every node its
+    /// ancestors' work / threads plus its longest path (and the mirror), whichever is largest
+    /// (src/sched/bound.rs).
     pub makespan_lb_ns: u64,
     pub critical_path_ns: u64,
     /// Sum of all estimates.
@@ -203,7 +205,7 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
     let (work_ns, critical_path_ns) = (prio.total_work_ns, prio.critical_path_ns);
     Ok(SimResult {
         makespan_ns: now,
-        makespan_lb_ns: critical_path_ns.max(work_ns.div_ceil(threads)),
+        makespan_lb_ns: prio.makespan_bound(options.threads).makespan_lb_ns,
         critical_path_ns,
         work_ns,
         peak_live_bytes: peak,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use graphsched::plan::{Mode, Order, Plan};
+use graphsched::sched::BoundTerm;
 use graphsched::sim::{simulate, SimOptions};
 use graphsched::{run, Executor, Graph, Policy, Pool, RunOptions, RunResult};
 use graphsched_workloads::graph_file::InputBuffers;
@@ -381,32 +382,47 @@ struct Built {
 struct Bounds {
     critical_path_ns: u64,
     work_ns: u64,
-    /// max(critical path, work / threads rounded up).
+    /// The largest of: critical path, work / threads, and every node's ancestors' work / threads
+    /// plus its longest path (and the mirror): see `graphsched::sched::MakespanBound`.
     makespan_lb_ns: u64,
+    /// Which of those terms binds, in words.
+    makespan_bound_term: String,
     /// Most bytes live at once running in file order: the sequential memory.
     max_live_lb_bytes: u64,
 }
 
 impl Bounds {
     fn new(workload: &Workload, graph: &Graph, threads: u64) -> Bounds {
-        let info = graph.info();
+        let bound = graph.priorities().makespan_bound(threads as usize);
         Bounds {
-            critical_path_ns: info.critical_path_ns,
-            work_ns: info.total_work_ns,
-            makespan_lb_ns: info.critical_path_ns.max(info.total_work_ns.div_ceil(threads.max(1))),
+            critical_path_ns: bound.critical_path_ns,
+            work_ns: bound.work_ns,
+            makespan_lb_ns: bound.makespan_lb_ns,
+            makespan_bound_term: bound_term(graph, bound.binding, threads),
             max_live_lb_bytes: workload.file.max_live_bytes(),
         }
     }
 
     fn lines(&self, threads: u64) -> String {
         format!(
-            "bounds:   critical path {} ms, work {} ms, makespan >= {} ms at {threads} thread{}; memory >= {} MB (max live in file order)\n",
+            "bounds:   critical path {} ms, work {} ms, makespan >= {} ms at {threads} thread{} ({}); memory >= {} MB (max live in file order)\n",
             ms(self.critical_path_ns),
             ms(self.work_ns),
             ms(self.makespan_lb_ns),
             if threads == 1 { "" } else { "s" },
+            self.makespan_bound_term,
             mb(self.max_live_lb_bytes)
         )
+    }
+}
+
+/// Which term of the makespan bound binds, in words.
+fn bound_term(graph: &Graph, term: BoundTerm, threads: u64) -> String {
+    match term {
+        BoundTerm::CriticalPath => "the critical path".to_string(),
+        BoundTerm::Work => format!("work / {threads}"),
+        BoundTerm::Before(v) => format!("'{}' waits for its ancestors' work / {threads}", graph.node_name(v)),
+        BoundTerm::After(v) => format!("'{}' then its descendants' work / {threads}", graph.node_name(v)),
     }
 }
 
@@ -817,6 +833,8 @@ fn simulate_command(args: SimulateArgs) -> Result<String, String> {
         },
     )
     .map_err(|e| format!("the simulation failed: {e}"))?;
+    let built_graph = built.graph.clone();
+    let bound = built_graph.priorities().makespan_bound(threads);
     let max_live = workload.file.max_live_bytes();
     if args.json {
         return to_json(&json!({
@@ -826,6 +844,7 @@ fn simulate_command(args: SimulateArgs) -> Result<String, String> {
             "memory_limit_bytes": args.memory_limit,
             "makespan_ns": sim.makespan_ns,
             "makespan_lb_ns": sim.makespan_lb_ns,
+            "makespan_bound_term": bound_term(&built_graph, bound.binding, threads as u64),
             "critical_path_ns": sim.critical_path_ns,
             "work_ns": sim.work_ns,
             "peak_live_bytes": sim.peak_live_bytes,
@@ -855,7 +874,7 @@ fn simulate_command(args: SimulateArgs) -> Result<String, String> {
     t.push(vec![
         "bound".into(),
         format!("{} ms", ms(sim.makespan_lb_ns)),
-        format!("max(critical path, work / {threads})"),
+        bound_term(&built_graph, bound.binding, threads as u64),
     ]);
     t.push(vec![
         "critical path".into(),
