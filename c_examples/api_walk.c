@@ -146,7 +146,7 @@ static void act_finalize(Walk *w) {
 static void act_inspect(Walk *w) {
     int gi, open;
     gs_graph_info info; gs_sim_result sim; uint32_t id; uint64_t edges = 0, outputs = 0;
-    gs_sim_options so = {.threads = 1 + pick(w, 4), .policy = pick(w, 2)};
+    gs_sim_options so = {.threads = 1 + pick(w, 4), .policy = pick(w, 4)};
     PICK(w, gi, MAXG, w->g[i].h);
     if (gi < 0) return;
     Graph *g = &w->g[gi];
@@ -218,7 +218,7 @@ static void act_run(Walk *w) {
         uint32_t j = pick(w, (uint32_t)i);
         tmp = bind[i - 1], bind[i - 1] = bind[j], bind[j] = tmp;
     }
-    gs_run_options o = {.inputs = bind, .num_inputs = nb, .window = pick(w, 4), .policy = pick(w, 2), .flags = pick(w, 4)};
+    gs_run_options o = {.inputs = bind, .num_inputs = nb, .window = pick(w, 4), .policy = pick(w, 4), .flags = pick(w, 4)};
     const gs_run_options *opts = nb == 0 && chance(w, 30) ? NULL : &o;
     PICK(w, ei, MAXE, w->e[i]);
     if (ei >= 0 && chance(w, 60)) o.executor = w->e[ei];
@@ -256,7 +256,7 @@ static void act_run(Walk *w) {
             break;
         }
         case F_INPUTS_NULL: if (g->n) o.inputs = NULL, o.num_inputs = nb ? nb : 1, opts = &o; else fault = F_NONE; break;
-        case F_POLICY: o.policy = 2 + pick(w, 100), opts = &o; break;
+        case F_POLICY: o.policy = 4 + pick(w, 100), opts = &o; break;
         case F_FLAGS: o.flags |= 4u << pick(w, 29), opts = &o; break;
         case F_EXEC_FREED: if ((o.executor = pick_freed(w, K_EXEC))) o.plan = NULL, opts = &o; else fault = F_NONE; break;
         case F_EXEC_WRONG_KIND: o.executor = (gs_executor *)(void *)w->p[pi].h, o.plan = NULL, opts = &o; break;

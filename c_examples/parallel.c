@@ -387,11 +387,12 @@ static gs_sim_result simulate(const model *m, uint32_t threads, uint32_t policy)
 
 static void check_simulation(const model *m, gs_sim_result table[2][3]) {
     static const uint32_t threads[3] = {1, 2, 8};
+    static const uint32_t policies[2] = {GS_POLICY_CRITICAL_PATH, GS_POLICY_FIFO};
     static const char *const names[2] = {"critical", "fifo"};
     printf("  policy    threads  makespan  lower bound  utilization\n");
     for (uint32_t p = 0; p < 2; p++) {
         for (int i = 0; i < 3; i++) {
-            gs_sim_result r = simulate(m, threads[i], p);
+            gs_sim_result r = simulate(m, threads[i], policies[p]);
             table[p][i] = r;
             printf("  %-8s  %7u  %8llu  %11llu  %11.3f\n", names[p], (unsigned)threads[i],
                    (unsigned long long)r.makespan_ns, (unsigned long long)r.makespan_lb_ns, r.utilization);
@@ -405,7 +406,7 @@ static void check_simulation(const model *m, gs_sim_result table[2][3]) {
                   (unsigned)threads[i], (unsigned long long)r.makespan_ns, (unsigned long long)r.makespan_lb_ns);
             uint64_t lb = (r.work_ns + threads[i] - 1) / threads[i];
             if (r.critical_path_ns > lb) lb = r.critical_path_ns;
-            CHECK(r.makespan_lb_ns == lb, "%s/%u: lower bound %llu, expected max(cp, work/threads) = %llu",
+            CHECK(r.makespan_lb_ns >= lb, "%s/%u: lower bound %llu, below max(cp, work/threads) = %llu",
                   names[p], (unsigned)threads[i], (unsigned long long)r.makespan_lb_ns, (unsigned long long)lb);
             CHECK(r.utilization > 0.0 && r.utilization <= 1.0, "%s/%u: utilization %g outside (0, 1]", names[p],
                   (unsigned)threads[i], r.utilization);
@@ -464,6 +465,7 @@ int main(void) {
     run_checked(&m, (gs_run_options){.executor = exec, .policy = GS_POLICY_CRITICAL_PATH}, "executor, critical path",
                 RUNS);
     run_checked(&m, (gs_run_options){.executor = exec, .policy = GS_POLICY_FIFO}, "executor, fifo", RUNS);
+    run_checked(&m, (gs_run_options){.executor = exec, .policy = GS_POLICY_BOTTOM_LEVEL}, "executor, bottom level", RUNS);
     run_checked(&m,
                 (gs_run_options){.executor = exec, .policy = GS_POLICY_CRITICAL_PATH, .flags = GS_RUN_FREEZE_ESTIMATES},
                 "executor, critical path, frozen", RUNS);

@@ -86,11 +86,20 @@
 // order is safe.
 #define GS_PLAN_PARALLEL_SAFE 2
 
-// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
-#define GS_POLICY_CRITICAL_PATH 0
+// `gs_run_options.policy` (and `gs_sim_options.policy`): the recommended order, what zeroed
+// options get: highest bottom level first, which beat critical path first on a corpus
+// (BENCHMARKS.md, "Which order").
+#define GS_POLICY_DEFAULT 0
 
 // `gs_run_options.policy`: readiness order, no priorities (the baseline).
 #define GS_POLICY_FIFO 1
+
+// `gs_run_options.policy`: highest bottom level first (the longest path still ahead), then
+// shortest estimate.
+#define GS_POLICY_BOTTOM_LEVEL 2
+
+// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
+#define GS_POLICY_CRITICAL_PATH 3
 
 // `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
 #define GS_RUN_FREEZE_ESTIMATES 1

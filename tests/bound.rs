@@ -128,7 +128,7 @@ fn the_simulator_never_beats_the_bound() {
         let n = 5 + rng.below(80) as usize;
         let g = dag(&mut rng, n, 1000);
         for threads in [1, 2, 3, 4, 8] {
-            for policy in [Policy::CriticalPath, Policy::Fifo] {
+            for policy in [Policy::CriticalPath, Policy::Fifo, Policy::BottomLevel] {
                 for window in [0, 1, 2] {
                     let options = SimOptions {
                         threads,

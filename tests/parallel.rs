@@ -110,11 +110,7 @@ fn every_node_runs_once_after_its_inputs_on_1_to_8_threads() {
         let (graph, witness, _) = witnessed_dag(&mut rng, nodes, None);
         let graph = Arc::new(graph);
         for (i, executor) in executors.iter().enumerate() {
-            let policy = if (seed + i as u64) % 3 == 0 {
-                Policy::Fifo
-            } else {
-                Policy::CriticalPath
-            };
+            let policy = [Policy::Fifo, Policy::CriticalPath, Policy::BottomLevel][(seed + i as u64) as usize % 3];
             witness.reset();
             let options = RunOptions {
                 executor: Some(executor),

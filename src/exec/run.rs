@@ -272,7 +272,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             memory_limit: options.memory_limit_bytes,
             window: (options.window != 0 && options.window < threads).then_some(options.window as u32),
             learn: !options.freeze_estimates,
-            fifo: options.policy == Policy::Fifo,
+            policy: options.policy,
             parallel: options.executor.is_some(),
             threads,
             trace: options.trace.then_some(start),

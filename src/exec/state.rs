@@ -27,7 +27,7 @@ use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::plan::Plan;
 use crate::pool::{sanitize, Owner, Pool, NEVER};
-use crate::sched::{Admission, Priorities};
+use crate::sched::{Admission, Policy, Priorities};
 use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
 
 /// One value during a run.
@@ -150,7 +150,7 @@ pub(super) struct StateOptions<'r> {
     /// Most nodes executing at once; `None`: as many as threads.
     pub window: Option<u32>,
     pub learn: bool,
-    pub fifo: bool,
+    pub policy: Policy,
     /// Run on an executor (per-thread block caches apply).
     pub parallel: bool,
     /// Threads that may execute the run's nodes, its caller included.
@@ -214,8 +214,8 @@ pub(super) struct RunState<'r> {
     trace: Option<Tracer>,
     /// Kernel time of a traced run; a counter like `acquires`.
     busy_ns: AtomicU64,
-    /// No priorities: one band, no continuations.
-    fifo: bool,
+    /// Which order: FIFO has one band and no continuations.
+    policy: Policy,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -231,7 +231,7 @@ impl<'r> RunState<'r> {
             memory_limit,
             window,
             learn,
-            fifo,
+            policy,
             parallel,
             threads,
             trace,
@@ -287,7 +287,7 @@ impl<'r> RunState<'r> {
                 events: Mutex::new(Vec::new()),
             }),
             busy_ns: AtomicU64::new(0),
-            fifo,
+            policy,
         }
     }
 
@@ -446,20 +446,16 @@ impl<'r> RunState<'r> {
         }
     }
 
-    /// The queue band of a node: its priority band, or 0 for FIFO.
+    /// The queue band of a node: its priority band under the policy, or 0 for FIFO.
     pub fn band(&self, node: u32) -> usize {
-        if self.fifo {
-            0
-        } else {
-            self.prio.band[node as usize] as usize
-        }
+        self.prio.bands(self.policy).map_or(0, |b| b[node as usize] as usize)
     }
 
     /// Which of the nodes `node` just made ready (most critical first) its thread should run
     /// next without queueing: the first, if it is at least as critical as `node`.
     pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
         let &first = ready.first()?;
-        (!self.fifo && self.band(first) <= self.band(node)).then_some(first)
+        (self.policy != Policy::Fifo && self.band(first) <= self.band(node)).then_some(first)
     }
 
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
@@ -618,8 +614,10 @@ impl<'r> RunState<'r> {
         if self.try_reserve(&mut inner, Some(node), self.prio.output_bytes[node as usize]) {
             return true;
         }
-        let rank = self.prio.rank[node as usize];
-        let at = inner.waiting.partition_point(|&w| self.prio.rank[w as usize] < rank);
+        let ranks = self.prio.ranks(self.policy);
+        let at = inner
+            .waiting
+            .partition_point(|&w| ranks[w as usize] < ranks[node as usize]);
         inner.waiting.insert(at, node);
         false
     }
@@ -1017,6 +1015,11 @@ impl<'r> RunState<'r> {
             if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                 ready.push(s);
             }
+        }
+        if self.policy == Policy::BottomLevel {
+            // Successors are stored most critical first; this order wants the highest level.
+            let ranks = &self.prio.rank_by_level;
+            ready.sort_unstable_by_key(|&s| ranks[s as usize]);
         }
     }
 

@@ -12,10 +12,17 @@ use super::{gs_status, RunStats, Tensor, ValueRef};
 use crate::exec::{self, InputBinding, RunOptions, RunResult};
 use crate::sched::Policy;
 
-/// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
-pub const GS_POLICY_CRITICAL_PATH: u32 = 0;
+/// `gs_run_options.policy` (and `gs_sim_options.policy`): the recommended order, what zeroed
+/// options get: highest bottom level first, which beat critical path first on a corpus
+/// (BENCHMARKS.md, "Which order").
+pub const GS_POLICY_DEFAULT: u32 = 0;
 /// `gs_run_options.policy`: readiness order, no priorities (the baseline).
 pub const GS_POLICY_FIFO: u32 = 1;
+/// `gs_run_options.policy`: highest bottom level first (the longest path still ahead), then
+/// shortest estimate.
+pub const GS_POLICY_BOTTOM_LEVEL: u32 = 2;
+/// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
+pub const GS_POLICY_CRITICAL_PATH: u32 = 3;
 /// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
 pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
 /// `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
@@ -25,8 +32,10 @@ pub const GS_RUN_TRACE: u32 = 2;
 /// A `GS_POLICY_*` value from C, checked.
 pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
     match policy {
+        GS_POLICY_DEFAULT => Ok(Policy::default()),
         GS_POLICY_CRITICAL_PATH => Ok(Policy::CriticalPath),
         GS_POLICY_FIFO => Ok(Policy::Fifo),
+        GS_POLICY_BOTTOM_LEVEL => Ok(Policy::BottomLevel),
         other => Err(FfiError::new(
             GS_ERR_INVALID_ARGUMENT,
             format!("options.policy is {other}, not a GS_POLICY_* value"),
@@ -88,7 +97,7 @@ impl Default for gs_run_options {
             executor: std::ptr::null_mut(),
             memory_limit_bytes: 0,
             window: 0,
-            policy: GS_POLICY_CRITICAL_PATH,
+            policy: GS_POLICY_DEFAULT,
             flags: 0,
             plan: std::ptr::null(),
             cancel: std::ptr::null(),

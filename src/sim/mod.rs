@@ -116,7 +116,7 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
     // (finish time, node): ties finish in node id order.
     let mut running: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(cap.min(n));
     let mut batch = prio.roots.clone();
-    ready.add(&mut batch, &prio.rank, need);
+    ready.add(&mut batch, prio.ranks(options.policy), need);
 
     // The executor's admission rule (the banker's, over a safe completion order), as it runs.
     let mut admission = (limit > 0).then(|| Admission::new(graph, limit, true));
@@ -180,7 +180,7 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
                 }
             }
         }
-        ready.add(&mut batch, &prio.rank, need);
+        ready.add(&mut batch, prio.ranks(options.policy), need);
     }
 
     // Nothing runs: either every node ran, or the memory limit holds the rest back.
@@ -250,7 +250,7 @@ mod tests {
         simulate(g, &opts(threads, policy, 0, 0)).unwrap()
     }
 
-    const POLICIES: [Policy; 2] = [Policy::CriticalPath, Policy::Fifo];
+    const POLICIES: [Policy; 3] = [Policy::CriticalPath, Policy::Fifo, Policy::BottomLevel];
 
     #[test]
     fn zero_threads_is_refused() {

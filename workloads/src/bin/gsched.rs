@@ -138,6 +138,9 @@ enum PolicyArg {
     /// Critical path first (least slack)
     #[value(alias = "critical-path")]
     Critical,
+    /// Highest bottom level first (the longest path still ahead of the node)
+    #[value(alias = "bottom-level")]
+    Level,
 }
 
 impl PolicyArg {
@@ -145,6 +148,7 @@ impl PolicyArg {
         match self {
             PolicyArg::Fifo => Policy::Fifo,
             PolicyArg::Critical => Policy::CriticalPath,
+            PolicyArg::Level => Policy::BottomLevel,
         }
     }
 
@@ -152,6 +156,7 @@ impl PolicyArg {
         match self {
             PolicyArg::Fifo => "fifo",
             PolicyArg::Critical => "critical",
+            PolicyArg::Level => "level",
         }
     }
 
@@ -159,6 +164,7 @@ impl PolicyArg {
         match self {
             PolicyArg::Fifo => "FIFO",
             PolicyArg::Critical => "critical path first",
+            PolicyArg::Level => "highest bottom level first",
         }
     }
 }
@@ -178,7 +184,7 @@ struct RunArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     memory_limit: u64,
     /// Which ready node runs first
-    #[arg(long, value_enum, default_value_t = PolicyArg::Critical)]
+    #[arg(long, value_enum, default_value_t = PolicyArg::Level)]
     policy: PolicyArg,
     /// Runs on one pool: the first shows a cold pool, runs 2..K the steady state
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -199,7 +205,7 @@ struct SimulateArgs {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=4096))]
     threads: u16,
     /// Which ready node runs first
-    #[arg(long, value_enum, default_value_t = PolicyArg::Critical)]
+    #[arg(long, value_enum, default_value_t = PolicyArg::Level)]
     policy: PolicyArg,
     /// Most bytes values may hold at once (0: no limit)
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
