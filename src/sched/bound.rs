@@ -42,30 +42,46 @@ pub struct MakespanBound {
 }
 
 /// Per node: the work of its strict ancestors and of its strict descendants, exact for graphs of
-/// at most [`MAX_EXACT_NODES`] nodes (empty otherwise). `preds(v)` lists `v`'s producers, any
-/// order, duplicates allowed; `topo` is a topological order.
-pub(super) fn ancestor_and_descendant_work(
+/// at most [`MAX_EXACT_NODES`] nodes (empty otherwise). `succ(v)` lists `v`'s consumers (any
+/// order, duplicates allowed).
+pub(super) fn ancestor_and_descendant_work<'a>(
     weight: &[u64],
-    topo: &[u32],
-    preds: impl Fn(u32) -> Vec<u32>,
+    succ: impl Fn(u32) -> &'a [u32],
 ) -> (Vec<u64>, Vec<u64>) {
     let n = weight.len();
     if n > MAX_EXACT_NODES || n == 0 {
         return (Vec::new(), Vec::new());
     }
+    // A topological order (Kahn), then ancestors(s) |= ancestors(v) | {v} along every edge.
+    let mut indegree = vec![0u32; n];
+    for v in 0..n as u32 {
+        for &s in succ(v) {
+            indegree[s as usize] += 1;
+        }
+    }
+    let mut order: Vec<u32> = (0..n as u32).filter(|&v| indegree[v as usize] == 0).collect();
+    let mut next = 0;
+    while next < order.len() {
+        let v = order[next];
+        next += 1;
+        for &s in succ(v) {
+            indegree[s as usize] -= 1;
+            if indegree[s as usize] == 0 {
+                order.push(s);
+            }
+        }
+    }
     let words = n.div_ceil(64);
     let mut bits = vec![0u64; n * words];
-    for &v in topo {
+    let mut row = vec![0u64; words];
+    for &v in &order {
         let v = v as usize;
-        for p in preds(v as u32) {
-            let p = p as usize;
-            // ancestors(v) |= ancestors(p) | {p}; p comes before v in topological order.
-            let (lo, hi) = bits.split_at_mut(v * words);
-            let (from, into) = (&lo[p * words..(p + 1) * words], &mut hi[..words]);
-            for (d, s) in into.iter_mut().zip(from) {
-                *d |= s;
+        row.copy_from_slice(&bits[v * words..(v + 1) * words]);
+        row[v / 64] |= 1 << (v % 64);
+        for &s in succ(v as u32) {
+            for (d, r) in bits[s as usize * words..(s as usize + 1) * words].iter_mut().zip(&row) {
+                *d |= r;
             }
-            into[p / 64] |= 1 << (p % 64);
         }
     }
     let (mut before, mut after) = (vec![0u64; n], vec![0u64; n]);
@@ -130,8 +146,14 @@ mod tests {
     fn a_sink_after_all_the_work_binds() {
         // a, b, c (10 each, independent) -> sink (30).
         let weight = [10, 10, 10, 30];
-        let preds = |v: u32| if v == 3 { vec![0, 1, 2] } else { vec![] };
-        let (before, after) = ancestor_and_descendant_work(&weight, &[0, 1, 2, 3], preds);
+        let succ = |v: u32| -> &'static [u32] {
+            if v < 3 {
+                &[3]
+            } else {
+                &[]
+            }
+        };
+        let (before, after) = ancestor_and_descendant_work(&weight, succ);
         assert_eq!(
             (before.as_slice(), after.as_slice()),
             (&[0, 0, 0, 30][..], &[30, 30, 30, 0][..])

@@ -61,9 +61,9 @@ pub struct Priorities {
     /// Bytes of each node's statically sized outputs: what memory admission reserves.
     pub output_bytes: Vec<u64>,
     /// Per node: the work of its strict ancestors and of its strict descendants (empty for
-    /// graphs over [`MAX_EXACT_NODES`] nodes), for [`makespan_bound`](Self::makespan_bound).
-    ancestor_work: Vec<u64>,
-    descendant_work: Vec<u64>,
+    /// graphs over [`MAX_EXACT_NODES`] nodes), for [`makespan_bound`](Self::makespan_bound):
+    /// computed on first use, since runs do not need it (O(n² / 64)).
+    work_around: std::sync::OnceLock<(Vec<u64>, Vec<u64>)>,
     /// Consumers of each node, one per input slot as in [`Graph::successors`], most critical first.
     succ_start: Vec<u32>,
     succ: Vec<u32>,
@@ -153,13 +153,9 @@ impl Priorities {
                     .sum()
             })
             .collect();
-        let (ancestor_work, descendant_work) = bound::ancestor_and_descendant_work(&weight, topo, |v| {
-            g.node_inputs(v).iter().map(|&val| g.value_producer(val)).collect()
-        });
         Priorities {
             output_bytes,
-            ancestor_work,
-            descendant_work,
+            work_around: std::sync::OnceLock::new(),
             total_work_ns: weight.iter().copied().fold(0, u64::saturating_add),
             weight,
             bottom_level,
@@ -199,13 +195,16 @@ impl Priorities {
     /// What no schedule on `threads` threads can beat, under these estimates, and which term
     /// binds (see [`MakespanBound`]).
     pub fn makespan_bound(&self, threads: usize) -> MakespanBound {
+        let (before, after) = self
+            .work_around
+            .get_or_init(|| bound::ancestor_and_descendant_work(&self.weight, |v| self.successors(v)));
         bound::makespan_bound(
             threads,
             &self.weight,
             &self.top_level,
             &self.bottom_level,
-            &self.ancestor_work,
-            &self.descendant_work,
+            before,
+            after,
         )
     }
 
