@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#define GS_VERSION_STRING "0.1.0"
+#define GS_VERSION_STRING "0.2.0"
 
 /* Output size meaning "the kernel allocates this output with gs_ctx_alloc_output". */
 #define GS_SIZE_DYNAMIC SIZE_MAX
@@ -30,12 +30,12 @@
 
 #define GS_VERSION_MAJOR 0
 
-#define GS_VERSION_MINOR 1
+#define GS_VERSION_MINOR 2
 
 #define GS_VERSION_PATCH 0
 
 // `major * 10000 + minor * 100 + patch`.
-#define GS_VERSION_NUMBER 100
+#define GS_VERSION_NUMBER 200
 
 // Most dimensions a `gs_tensor` carries.
 #define GS_MAX_DIMS 8

@@ -46,10 +46,10 @@ use crate::pool::{PoolConfig, PoolStats};
 use crate::tensor::Tensor;
 
 pub const GS_VERSION_MAJOR: u32 = 0;
-pub const GS_VERSION_MINOR: u32 = 1;
+pub const GS_VERSION_MINOR: u32 = 2;
 pub const GS_VERSION_PATCH: u32 = 0;
 /// `major * 10000 + minor * 100 + patch`.
-pub const GS_VERSION_NUMBER: u32 = 100;
+pub const GS_VERSION_NUMBER: u32 = 200;
 
 /// Most dimensions a `gs_tensor` carries.
 pub const GS_MAX_DIMS: u32 = 8;
