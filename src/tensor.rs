@@ -10,6 +10,10 @@ pub const MAX_DIMS: usize = 8;
 /// Buffer alignment every value's data pointer honours.
 pub const ALIGNMENT: usize = 16;
 
+/// Largest size of one buffer (one value, one node's outputs together, one pool block): what
+/// `Layout` accepts with room for alignment.
+pub const MAX_VALUE_BYTES: usize = isize::MAX as usize - 4096;
+
 /// A buffer plus its shape. (C: `gs_tensor`).
 ///
 /// `data` is 16-byte aligned and valid for `nbytes` bytes while the node that sees it runs (or,

@@ -162,14 +162,9 @@ impl Executor {
                 idle_since = None;
                 continue;
             }
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < SPIN {
-                std::hint::spin_loop();
-                continue;
-            }
-            self.shared
-                .sleep
-                .sleep(|| state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work());
+            self.shared.wait_for_work(&mut idle_since, || {
+                state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work()
+            });
         }
     }
 }
@@ -199,15 +194,23 @@ impl Shared {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < SPIN {
-                std::hint::spin_loop();
-                continue;
-            }
-            self.sleep
-                .sleep(|| !self.shutdown.load(Ordering::Acquire) && !self.has_work());
-            idle_since = None;
+            self.wait_for_work(&mut idle_since, || {
+                !self.shutdown.load(Ordering::Acquire) && !self.has_work()
+            });
         }
+    }
+
+    /// One step of an idle thread: spin for [`SPIN`] after it found no work, then sleep until
+    /// `idle()` turns false (work was queued, the run ended, the executor stops). The callers
+    /// look for work between steps.
+    fn wait_for_work(&self, idle_since: &mut Option<Instant>, idle: impl Fn() -> bool) {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < SPIN {
+            std::hint::spin_loop();
+            return;
+        }
+        self.sleep.sleep(idle);
+        *idle_since = None;
     }
 
     /// The most critical task this thread can see: its own deque, the injector, then the other

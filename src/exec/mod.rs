@@ -13,7 +13,7 @@ pub mod fault;
 mod run;
 mod state;
 
+pub use crate::trace::NodeEvent;
 pub use ctx::KernelCtx;
 pub use executor::Executor;
 pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats, INPUT_BINDING_TENSOR_OFFSET};
-pub use state::NodeEvent;

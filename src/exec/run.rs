@@ -8,13 +8,14 @@ use std::time::Instant;
 
 use super::ctx::Buffer;
 use super::executor::Executor;
-use super::state::{release, NodeEvent, RunState, Scratch, Slot, StateOptions};
+use super::state::{release, RunState, Scratch, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
 use crate::plan::{Mode, Plan};
 use crate::pool::Pool;
 use crate::sched::Policy;
 use crate::tensor::{Tensor, MAX_DIMS};
+use crate::trace::NodeEvent;
 
 /// Caller memory for one graph input, borrowed for as long as the binding lives (so for the
 /// whole run). Its size must equal the input's declared size and its address be 16-byte

@@ -29,6 +29,7 @@ use crate::plan::Plan;
 use crate::pool::{sanitize, Owner, Pool, NEVER};
 use crate::sched::{Admission, Policy, Priorities};
 use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
+use crate::trace::NodeEvent;
 
 /// One value during a run.
 #[derive(Clone, Copy)]
@@ -72,20 +73,6 @@ pub(super) struct Scratch {
     taken: Option<u32>,
     /// Values the current node freed.
     freed: Vec<u32>,
-}
-
-/// One executed node in a traced run: when, on which thread, and memory once it finished.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeEvent {
-    pub node: u32,
-    /// 0: a thread that called `run`; i + 1: the executor's worker i.
-    pub thread: u32,
-    /// Kernel start and end, in nanoseconds since the run started.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// The run's live bytes, and the pool's reserved bytes, when the kernel ended.
-    pub live_bytes: u64,
-    pub reserved_bytes: u64,
 }
 
 /// What a traced run records.

@@ -22,9 +22,7 @@ pub const DEFAULT_ESTIMATE_NS: u64 = 1_000;
 /// Most inputs, and most outputs, one node may have.
 pub const MAX_NODE_PORTS: usize = 65_535;
 
-/// Largest size of one value, and of one node's outputs together: what `Layout` accepts with
-/// room for alignment.
-pub const MAX_VALUE_BYTES: usize = isize::MAX as usize - 4096;
+pub use crate::tensor::MAX_VALUE_BYTES;
 
 /// One output of one node. (C: `gs_value`).
 #[repr(C)]

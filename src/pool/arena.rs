@@ -441,7 +441,14 @@ mod tests {
         let mut a = Arena::new(1 << 16);
         let x = a.alloc(1 << 20, &unknown).unwrap();
         let y = a.alloc(100, &unknown).unwrap();
-        assert!(a.regions.iter().flatten().count() >= 1);
+        // x got a region of its own, larger than the configured 64 KiB, and lies inside it.
+        let own = a
+            .regions
+            .iter()
+            .flatten()
+            .find(|r| r.start() <= x && x < r.end())
+            .expect("x lies in a region");
+        assert!(own.len() >= 1 << 20 && x + (1 << 20) <= own.end());
         a.coalesce(x);
         a.coalesce(y);
         a.check_invariants();

@@ -38,7 +38,7 @@ use sanitize::Mempool;
 use slab::Slabs;
 
 use crate::error::{err, ErrorKind, Result};
-use crate::graph::MAX_VALUE_BYTES;
+use crate::tensor::MAX_VALUE_BYTES;
 
 const DEFAULT_LARGE_THRESHOLD: u64 = 1024;
 const MAX_LARGE_THRESHOLD: u64 = 64 * 1024;

@@ -3,8 +3,21 @@
 
 use std::fmt::Write;
 
-use crate::exec::NodeEvent;
 use crate::graph::Graph;
+
+/// One executed node in a traced run: when, on which thread, and memory once it finished.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeEvent {
+    pub node: u32,
+    /// 0: a thread that called `run`; i + 1: the executor's worker i.
+    pub thread: u32,
+    /// Kernel start and end, in nanoseconds since the run started.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The run's live bytes, and the pool's reserved bytes, when the kernel ended.
+    pub live_bytes: u64,
+    pub reserved_bytes: u64,
+}
 
 /// A traced run as Chrome trace-event JSON: one track per thread ("caller", "worker 1", ...),
 /// one slice per node with its name, op type and output bytes, and counter tracks for the run's
