@@ -518,3 +518,27 @@ fn a_traced_run_without_operators_has_a_trace() {
     .unwrap();
     assert!(untraced.chrome_trace().is_none());
 }
+
+/// A node may read one added after it. The parallel-safe planner's ancestor sets used to assume
+/// producers have lower ids, and indexed out of bounds on such a graph.
+#[test]
+fn a_parallel_safe_plan_takes_a_graph_whose_inputs_name_later_nodes() {
+    let mut b = GraphBuilder::new();
+    // "late" is node 0 and reads "early", node 1.
+    let late = b
+        .add_node(
+            NodeDesc::new("late", "Op", noop())
+                .input(ValueRef::new(1, 0))
+                .output(64),
+        )
+        .unwrap();
+    b.add_node(NodeDesc::new("early", "Op", noop()).output(64)).unwrap();
+    b.mark_output(ValueRef::new(late, 0)).unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let plan = Plan::new(&graph, Mode::ParallelSafe).unwrap();
+    plan.verify().unwrap();
+    assert_eq!(
+        graph.priorities().makespan_bound(2).critical_path_ns,
+        2 * graphsched::graph::DEFAULT_ESTIMATE_NS
+    );
+}

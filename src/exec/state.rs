@@ -969,11 +969,13 @@ impl<'r> RunState<'r> {
     fn finish_node(&self, node: u32, scratch: &mut Scratch) {
         super::fault::check(self.graph, node);
         let g = self.graph;
-        // Values this node freed; admission hears of them (`readmit`) under a memory limit.
+        // Values this node freed, kept only under a memory limit: admission hears of them
+        // (`readmit`); without one nothing needs the list.
+        let gated = self.gate.is_some();
         let freed = &mut scratch.freed;
         freed.clear();
         for v in g.node_values(node) {
-            if self.refs[v as usize].load(Ordering::Relaxed) == 0 && self.drop_value(v, scratch.slot) {
+            if self.refs[v as usize].load(Ordering::Relaxed) == 0 && self.drop_value(v, scratch.slot) && gated {
                 freed.push(v);
             }
         }
@@ -985,10 +987,12 @@ impl<'r> RunState<'r> {
                     let moved = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
                     self.live.fetch_sub(moved.buffer.capacity as u64, Ordering::Relaxed);
                     // The run's count went down: waiting nodes get their look, as after a release.
-                    freed.push(v);
+                    if gated {
+                        freed.push(v);
+                    }
                     continue;
                 }
-                if self.drop_value(v, scratch.slot) {
+                if self.drop_value(v, scratch.slot) && gated {
                     freed.push(v);
                 }
             }
@@ -998,15 +1002,10 @@ impl<'r> RunState<'r> {
         if !scratch.freed.is_empty() {
             self.readmit(&mut scratch.admitted, &scratch.freed);
         }
-        for &s in self.prio.successors(node) {
+        for &s in self.prio.successors_in(self.policy, node) {
             if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                 ready.push(s);
             }
-        }
-        if self.policy == Policy::BottomLevel {
-            // Successors are stored most critical first; this order wants the highest level.
-            let ranks = &self.prio.rank_by_level;
-            ready.sort_unstable_by_key(|&s| ranks[s as usize]);
         }
     }
 

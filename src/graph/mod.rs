@@ -9,7 +9,9 @@
 
 mod analysis;
 mod builder;
+mod order;
 pub mod memory;
+pub mod reach;
 
 pub use analysis::{Graph, GraphInfo};
 pub use builder::{GraphBuilder, NodeDesc};

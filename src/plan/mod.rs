@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::memory::{lifetime, readers, static_values, LiveOrder};
+use crate::graph::reach::Ancestors;
 use crate::graph::Graph;
 
 /// Alignment of every planned value's offset (and so of its address: arenas are 64-aligned).
@@ -88,9 +89,9 @@ impl Plan {
                 format!("a parallel-safe plan handles at most {MAX_PARALLEL_SAFE_NODES} nodes; this graph has {n}"),
             );
         }
-        let reach = (mode == Mode::ParallelSafe).then(|| Ancestors::new(graph));
+        let reach = (mode == Mode::ParallelSafe).then(|| Ancestors::of_graph(graph));
         let conflicts = |a: usize, b: usize| match &reach {
-            Some(r) => !r.disjoint(graph, values[a], values[b]),
+            Some(r) => !disjoint(r, graph, values[a], values[b]),
             None => {
                 let (x, y) = (lifetimes[a], lifetimes[b]);
                 x.0 <= y.1 && y.0 <= x.1
@@ -227,7 +228,7 @@ impl Plan {
         let planned: Vec<u32> = (0..graph.value_count() as u32)
             .filter(|&v| self.offsets[v as usize].is_some())
             .collect();
-        let reach = matches!(self.mode, Mode::ParallelSafe).then(|| Ancestors::new(graph));
+        let reach = matches!(self.mode, Mode::ParallelSafe).then(|| Ancestors::of_graph(graph));
         for (i, &a) in planned.iter().enumerate() {
             let oa = self.offsets[a as usize].unwrap();
             if oa % PLAN_ALIGNMENT as u64 != 0 || oa + size(graph, a) > self.arena_bytes {
@@ -246,7 +247,7 @@ impl Plan {
                     continue;
                 }
                 let conflict = match &reach {
-                    Some(r) => !r.disjoint(graph, a, b),
+                    Some(r) => !disjoint(r, graph, a, b),
                     None => {
                         let (x, y) = (lifetime(graph, &position, a), lifetime(graph, &position, b));
                         x.0 <= y.1 && y.0 <= x.1
@@ -330,55 +331,22 @@ fn place(graph: &Graph, values: &[u32], groups: &[Vec<usize>], conflicts: &dyn F
     offset
 }
 
-/// Reachability: for each node, the set of its strict ancestors.
-struct Ancestors {
-    words: usize,
-    bits: Vec<u64>,
+/// Whether value `x`'s whole life ends before value `y` is produced, whatever the order.
+fn ends_before(reach: &Ancestors, graph: &Graph, x: u32, y: u32) -> bool {
+    if graph.is_graph_output(x) {
+        return false;
+    }
+    let py = graph.value_producer(y);
+    let readers = readers(graph, x);
+    if readers.is_empty() {
+        return reach.before(graph.value_producer(x), py);
+    }
+    readers.iter().all(|&c| reach.before(c, py))
 }
 
-impl Ancestors {
-    fn new(graph: &Graph) -> Ancestors {
-        let n = graph.node_count();
-        let words = n.div_ceil(64);
-        let mut bits = vec![0u64; n * words];
-        for &v in graph.topological_order() {
-            let v = v as usize;
-            for &val in graph.node_inputs(v as u32) {
-                let p = graph.value_producer(val) as usize;
-                // ancestors(v) |= ancestors(p) | {p}; p precedes v in topological order.
-                let (lo, hi) = bits.split_at_mut(v * words);
-                let src = &lo[p * words..(p + 1) * words];
-                for (d, s) in hi[..words].iter_mut().zip(src) {
-                    *d |= s;
-                }
-                hi[p / 64] |= 1 << (p % 64);
-            }
-        }
-        Ancestors { words, bits }
-    }
-
-    /// Whether `a` is a strict ancestor of `b`.
-    fn before(&self, a: u32, b: u32) -> bool {
-        self.bits[b as usize * self.words + a as usize / 64] >> (a % 64) & 1 == 1
-    }
-
-    /// Whether value `x`'s whole life ends before value `y` is produced.
-    fn ends_before(&self, graph: &Graph, x: u32, y: u32) -> bool {
-        if graph.is_graph_output(x) {
-            return false;
-        }
-        let py = graph.value_producer(y);
-        let readers = readers(graph, x);
-        if readers.is_empty() {
-            return self.before(graph.value_producer(x), py);
-        }
-        readers.iter().all(|&c| self.before(c, py))
-    }
-
-    /// Whether two values can never be live at once, whatever the order.
-    fn disjoint(&self, graph: &Graph, x: u32, y: u32) -> bool {
-        self.ends_before(graph, x, y) || self.ends_before(graph, y, x)
-    }
+/// Whether two values can never be live at once, whatever the order.
+fn disjoint(reach: &Ancestors, graph: &Graph, x: u32, y: u32) -> bool {
+    ends_before(reach, graph, x, y) || ends_before(reach, graph, y, x)
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@
 //! memory, so only for graphs of at most [`MAX_EXACT_NODES`] nodes. Larger graphs get no node
 //! terms: the bound is then the plain one, weaker but still valid.
 
+use crate::graph::reach::Ancestors;
+
 /// Graphs up to this many nodes get the ancestor and descendant terms (bitsets of 8 MiB at most).
 pub const MAX_EXACT_NODES: usize = 8192;
 
@@ -71,29 +73,13 @@ pub(super) fn ancestor_and_descendant_work<'a>(
             }
         }
     }
-    let words = n.div_ceil(64);
-    let mut bits = vec![0u64; n * words];
-    let mut row = vec![0u64; words];
-    for &v in &order {
-        let v = v as usize;
-        row.copy_from_slice(&bits[v * words..(v + 1) * words]);
-        row[v / 64] |= 1 << (v % 64);
-        for &s in succ(v as u32) {
-            for (d, r) in bits[s as usize * words..(s as usize + 1) * words].iter_mut().zip(&row) {
-                *d |= r;
-            }
-        }
-    }
+    let reach = Ancestors::new(n, &order, succ);
     let (mut before, mut after) = (vec![0u64; n], vec![0u64; n]);
     for v in 0..n {
-        for (w, &word) in bits[v * words..(v + 1) * words].iter().enumerate() {
-            let mut word = word;
-            while word != 0 {
-                let a = w * 64 + word.trailing_zeros() as usize;
-                word &= word - 1;
-                before[v] = before[v].saturating_add(weight[a]);
-                after[a] = after[a].saturating_add(weight[v]);
-            }
+        for a in reach.of(v as u32) {
+            let a = a as usize;
+            before[v] = before[v].saturating_add(weight[a]);
+            after[a] = after[a].saturating_add(weight[v]);
         }
     }
     (before, after)

@@ -67,6 +67,8 @@ pub struct Priorities {
     /// Consumers of each node, one per input slot as in [`Graph::successors`], most critical first.
     succ_start: Vec<u32>,
     succ: Vec<u32>,
+    /// The same lists, highest bottom level first.
+    succ_by_level: Vec<u32>,
     /// The learned op-type estimates these priorities were computed from.
     basis: Vec<u64>,
 }
@@ -101,37 +103,33 @@ impl Priorities {
         for (i, &v) in topo.iter().enumerate() {
             position[v as usize] = i as u32;
         }
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_unstable_by_key(|&v| (slack[v as usize], weight[v as usize], position[v as usize]));
-        let mut rank = vec![0u32; n];
-        for (r, &v) in order.iter().enumerate() {
-            rank[v as usize] = r as u32;
-        }
+        // Each node's position when sorted by `key`, ties to the shorter, then the earlier node.
+        let ranks = |key: &dyn Fn(usize) -> u64| {
+            let mut order: Vec<u32> = (0..n as u32).collect();
+            order.sort_unstable_by_key(|&v| (key(v as usize), weight[v as usize], position[v as usize]));
+            let mut rank = vec![0u32; n];
+            for (r, &v) in order.iter().enumerate() {
+                rank[v as usize] = r as u32;
+            }
+            rank
+        };
+        let rank = ranks(&|v| slack[v]);
+        let rank_by_level = ranks(&|v| u64::MAX - bottom_level[v]);
         let band = slack.iter().map(|&s| band_of(s, critical_path_ns)).collect();
-        let mut by_level: Vec<u32> = (0..n as u32).collect();
-        by_level.sort_unstable_by_key(|&v| {
-            (
-                std::cmp::Reverse(bottom_level[v as usize]),
-                weight[v as usize],
-                position[v as usize],
-            )
-        });
-        let mut rank_by_level = vec![0u32; n];
-        for (r, &v) in by_level.iter().enumerate() {
-            rank_by_level[v as usize] = r as u32;
-        }
         let band_by_level = bottom_level
             .iter()
             .map(|&bl| band_of(critical_path_ns.saturating_sub(bl), critical_path_ns))
             .collect();
 
         let mut succ_start = Vec::with_capacity(n + 1);
-        let mut succ = Vec::new();
+        let (mut succ, mut succ_by_level) = (Vec::new(), Vec::new());
         succ_start.push(0);
         for v in 0..n as u32 {
             let from = succ.len();
             succ.extend_from_slice(g.successors(v));
+            succ_by_level.extend_from_slice(g.successors(v));
             succ[from..].sort_unstable_by_key(|&s| rank[s as usize]);
+            succ_by_level[from..].sort_unstable_by_key(|&s| rank_by_level[s as usize]);
             succ_start.push(succ.len() as u32);
         }
         let initial_pending: Vec<u32> = (0..n as u32)
@@ -170,6 +168,7 @@ impl Priorities {
             roots,
             succ_start,
             succ,
+            succ_by_level,
             basis: (0..g.op_type_count() as u32).map(|op| g.learned_op_ns(op)).collect(),
         }
     }
@@ -209,6 +208,15 @@ impl Priorities {
     }
 
     /// Consumers of `node`, one per input slot, most critical first.
+    /// Consumers of `node`, one per input slot, most urgent first under `policy`.
+    pub fn successors_in(&self, policy: Policy, node: u32) -> &[u32] {
+        let range = self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize;
+        match policy {
+            Policy::BottomLevel => &self.succ_by_level[range],
+            Policy::CriticalPath | Policy::Fifo => &self.succ[range],
+        }
+    }
+
     pub fn successors(&self, node: u32) -> &[u32] {
         &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
     }
