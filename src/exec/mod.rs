@@ -6,12 +6,16 @@
 //! the [`RunResult`] until it is dropped. Without an executor a run goes in topological order on
 //! the calling thread; with one, by priority on all its threads (see [`Executor`]).
 
+mod cache;
 mod ctx;
 mod executor;
 #[doc(hidden)]
 pub mod fault;
+mod gate;
+mod kernel_call;
 mod run;
 mod state;
+mod window;
 
 pub use crate::trace::NodeEvent;
 pub use ctx::KernelCtx;

@@ -11,24 +11,29 @@
 //!   ready (incrementing `active`) before it decrements `active` for itself, so `active` reaches 0
 //!   exactly once: when nothing of the run is queued or running any more. After that decrement the
 //!   task touches nothing of the run, and the caller may drop it.
+//!
+//! The run's parts live beside it: memory admission (`gate.rs`), the window (`window.rs`), one
+//! node's kernel call (`kernel_call.rs`), the per-thread block caches (`cache.rs`).
 
 use std::cell::UnsafeCell;
-use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::ctx::{Buffer, KernelCtx};
+use super::cache::{BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
+use super::ctx::Buffer;
+use super::gate::{Gate, GateInner};
 use super::run::CancelToken;
 use super::run::InputBinding;
+use super::window::Window;
 use crate::error::{err, Error, ErrorKind, Result};
-use crate::graph::{Graph, OutputSize};
+use crate::graph::Graph;
 use crate::plan::Plan;
 use crate::pool::{sanitize, Owner, Pool, NEVER};
 use crate::sched::{Admission, Policy, Priorities};
-use crate::tensor::{Tensor, ALIGNMENT, MAX_DIMS};
+use crate::tensor::{Tensor, ALIGNMENT};
 use crate::trace::NodeEvent;
 
 /// One value during a run.
@@ -52,83 +57,38 @@ impl Default for Slot {
 /// until `flush` adds them to the run (one atomic add per task instead of per node).
 #[derive(Default)]
 pub(super) struct Scratch {
-    inputs: Vec<Tensor>,
-    outputs: Vec<Tensor>,
-    buffers: Vec<Buffer>,
+    pub(super) inputs: Vec<Tensor>,
+    pub(super) outputs: Vec<Tensor>,
+    pub(super) buffers: Vec<Buffer>,
     pub ready: Vec<u32>,
     /// Waiting nodes a release let in (memory reserved), most critical first.
     pub admitted: Vec<u32>,
-    nodes_run: u64,
-    acquires: u64,
+    pub(super) nodes_run: u64,
+    pub(super) acquires: u64,
     /// Nodes executed by this thread, for sampling kernel durations.
-    executed: u64,
+    pub(super) executed: u64,
     /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).
     pub slot: Option<usize>,
     /// Track of this thread in traces: 0 for a calling thread, worker index + 1.
     pub thread: u32,
     /// Nanoseconds spent in kernels while the run is traced.
-    busy_ns: u64,
+    pub(super) busy_ns: u64,
     /// An input whose buffer the current node's output took over (in place): at the node's
     /// end its value goes without giving the buffer back.
-    taken: Option<u32>,
+    pub(super) taken: Option<u32>,
     /// Values the current node freed.
-    freed: Vec<u32>,
+    pub(super) freed: Vec<u32>,
 }
 
 /// What a traced run records.
-struct Tracer {
-    start: Instant,
-    events: Mutex<Vec<NodeEvent>>,
+pub(super) struct Tracer {
+    pub(super) start: Instant,
+    pub(super) events: Mutex<Vec<NodeEvent>>,
 }
-
-/// A thread's small blocks at hand in one run, and the size that last missed with how many
-/// blocks its refill took.
-#[derive(Default)]
-pub(super) struct BlockCache {
-    blocks: Vec<Buffer>,
-    streak: (usize, usize),
-}
-
-/// Blocks up to this size go through the per-thread caches (larger ones straight to the pool,
-/// which coalesces them); a cache refills `REFILL` blocks at a time and holds at most
-/// `CACHE_BLOCKS`, giving half back when full.
-const CACHE_MAX_BYTES: usize = 16 * 1024;
-const CACHE_BLOCKS: usize = 64;
-const REFILL: usize = 16;
 
 /// One node in this many has its kernel timed for the learned estimates (and every node of an
 /// op type not measured yet): reading the clock costs about as much as an empty kernel.
-const SAMPLE_EVERY: u64 = 8;
-
-/// Memory admission: the run's live bytes stay under `limit`, and which nodes may start is
-/// decided by `sched::Admission` (the banker's rule that guarantees completion at any limit
-/// some order meets). Ready nodes it turns away wait in `waiting`, sorted most critical first;
-/// every release looks at them again. The reservation and the decision to wait happen under the
-/// same lock as that second look, so a node never waits for a release that has already
-/// happened: a releaser lowers `live` before it takes the lock, so whoever holds the lock next
-/// sees the lower value.
-struct Gate<'r> {
-    limit: u64,
-    inner: Mutex<GateInner<'r>>,
-}
-
-struct GateInner<'r> {
-    waiting: Vec<u32>,
-    admission: Admission<'r>,
-}
-
-/// The window: at most `cap` nodes of the run execute at once. A task that finds the window full
-/// waits in `deferred`; each node that leaves starts one deferred task. Entering and deferring
-/// happen under the lock the leaver takes, so no deferred task is forgotten.
-pub(super) struct Window {
-    cap: u32,
-    /// Nodes of the run executing now (a place taken optimistically and given back if over
-    /// `cap`). AcqRel; what keeps a deferred task from being forgotten is the `deferred` lock,
-    /// which both the last try of `enter` and `leave` take after changing the count.
-    running: AtomicU32,
-    /// Deferred nodes, with whether their memory is reserved already (admitted while waiting).
-    deferred: Mutex<Vec<(u32, bool)>>,
-}
+pub(super) const SAMPLE_EVERY: u64 = 8;
 
 /// How a run is set up.
 pub(super) struct StateOptions<'r> {
@@ -155,32 +115,32 @@ pub(super) struct RunState<'r> {
     pub pool: &'r Pool,
     pub prio: &'r Priorities,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
-    slots: Box<[UnsafeCell<Slot>]>,
+    pub(super) slots: Box<[UnsafeCell<Slot>]>,
     /// Per value: readers still to finish, plus one for a graph output. The decrement that
     /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
     /// after every read.
-    refs: Box<[AtomicU32]>,
+    pub(super) refs: Box<[AtomicU32]>,
     /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
     /// node ready: it is ordered after every producer's slot writes.
-    pending: Box<[AtomicU32]>,
+    pub(super) pending: Box<[AtomicU32]>,
     /// Queued and running tasks of the run (module docs): reaches 0 exactly once, when the run
     /// is over. AcqRel, so the caller that sees 0 sees everything the tasks did.
     pub active: AtomicUsize,
     /// Set (Release) with the first error, read (Acquire) before starting a node; the error
     /// itself is behind `error`'s lock.
-    failed: AtomicBool,
-    error: Mutex<Option<Error>>,
+    pub(super) failed: AtomicBool,
+    pub(super) error: Mutex<Option<Error>>,
     /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
     /// publication: admission reads and raises it only under the gate's lock, and a releaser
     /// lowers it before it takes that lock to readmit, so the lock orders every decision after
     /// the releases it could depend on. Nothing else is published through it: Relaxed.
-    live: AtomicU64,
+    pub(super) live: AtomicU64,
     /// The most `live` reached; with `acquires` and `nodes_run`, counters read once the run is
     /// over (after `active` reached 0): Relaxed.
-    peak_live: AtomicU64,
-    acquires: AtomicU64,
-    nodes_run: AtomicU64,
-    gate: Option<Gate<'r>>,
+    pub(super) peak_live: AtomicU64,
+    pub(super) acquires: AtomicU64,
+    pub(super) nodes_run: AtomicU64,
+    pub(super) gate: Option<Gate<'r>>,
     pub window: Option<Window>,
     /// Per thread of a parallel run (0: its caller, i + 1: worker i): small blocks kept at hand,
     /// so that small outputs rarely take the pool's lock, which every thread contends for. Slot
@@ -188,21 +148,21 @@ pub(super) struct RunState<'r> {
     /// None in sequential runs (no contention) and under a memory limit (the pool's own count of
     /// live bytes must then stay exact); otherwise the pool counts cached blocks as live until
     /// the run ends.
-    caches: Box<[UnsafeCell<BlockCache>]>,
+    pub(super) caches: Box<[UnsafeCell<BlockCache>]>,
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
-    plan: Option<&'r Plan>,
+    pub(super) plan: Option<&'r Plan>,
     /// Stops the run between nodes.
-    cancel: Option<&'r CancelToken>,
-    deadline: Option<Instant>,
-    arena: Buffer,
+    pub(super) cancel: Option<&'r CancelToken>,
+    pub(super) deadline: Option<Instant>,
+    pub(super) arena: Buffer,
     /// Measure kernels and feed the graph's learned estimates.
-    learn: bool,
-    trace: Option<Tracer>,
+    pub(super) learn: bool,
+    pub(super) trace: Option<Tracer>,
     /// Kernel time of a traced run; a counter like `acquires`.
-    busy_ns: AtomicU64,
+    pub(super) busy_ns: AtomicU64,
     /// Which order: FIFO has one band and no continuations.
-    policy: Policy,
+    pub(super) policy: Policy,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -296,81 +256,13 @@ impl<'r> RunState<'r> {
         std::mem::replace(&mut self.arena, Buffer::NONE)
     }
 
-    fn in_arena(&self, b: Buffer) -> bool {
+    pub(super) fn in_arena(&self, b: Buffer) -> bool {
         let (start, p) = (self.arena.ptr as usize, b.ptr as usize);
         !self.arena.ptr.is_null() && p >= start && p < start + self.arena.capacity
     }
 
-    /// The input whose buffer output `k` (of `n` bytes) of `node` may take over, if the node
-    /// declared the pair and it is safe now: the input holds a pool buffer (never caller memory
-    /// or a planned arena slice) of at least `n` bytes, this node is its last reader (its
-    /// reference count is this node's own reads; a graph output keeps one more), and the output
-    /// need not be cleared first.
-    fn take_over(&self, node: u32, k: u32, n: usize) -> Option<u32> {
-        let (out, slot) = self.graph.in_place(node)?;
-        if out != k
-            || self.graph.zero_output(node)
-            || self
-                .plan
-                .is_some_and(|p| p.offset(self.graph.node_values(node).start + k).is_some())
-        {
-            return None;
-        }
-        let inputs = self.graph.node_inputs(node);
-        let v = *inputs.get(slot as usize)?;
-        let reads = inputs.iter().filter(|&&x| x == v).count() as u32;
-        // Acquire: the other readers' decrements, and so their reads, happened before.
-        if self.refs[v as usize].load(Ordering::Acquire) != reads {
-            return None;
-        }
-        // SAFETY: the producer of `v` finished before this node became ready.
-        let held = unsafe { (*self.slots[v as usize].get()).buffer };
-        (!held.ptr.is_null() && held.capacity >= n && !self.in_arena(held)).then_some(v)
-    }
-
-    /// With the pool's red zones on: after a kernel ran, checks the guards around its outputs
-    /// and inputs, and names the node if it wrote out of bounds.
-    fn check_red_zones(&self, node: u32, buffers: &[Buffer], in_place_output: Option<usize>) -> Result<()> {
-        if self.pool.config().red_zones == 0 {
-            return Ok(());
-        }
-        let g = self.graph;
-        let intact = |b: Buffer| match std::ptr::NonNull::new(b.ptr.cast::<u8>()) {
-            // SAFETY: `b` is a live pool block of this run, `block` bytes long.
-            Some(p) if b.capacity > 0 && !self.in_arena(b) => unsafe { self.pool.guards_intact(p, b.block) },
-            _ => true,
-        };
-        for (k, &b) in buffers.iter().enumerate() {
-            if Some(k) != in_place_output && !intact(b) {
-                return err(
-                    ErrorKind::KernelFailed,
-                    format!(
-                        "node {} wrote out of the bounds of output {k} ({} bytes): its red zone was overwritten",
-                        g.node_label(node),
-                        b.capacity
-                    ),
-                );
-            }
-        }
-        for (i, &v) in g.node_inputs(node).iter().enumerate() {
-            // SAFETY: this node still holds its inputs; their slots do not change under it.
-            let b = unsafe { (*self.slots[v as usize].get()).buffer };
-            if in_place_output.is_none() && !intact(b) {
-                return err(
-                    ErrorKind::KernelFailed,
-                    format!(
-                        "node {} wrote out of the bounds of input {i} ({} bytes): its red zone was overwritten",
-                        g.node_label(node),
-                        b.capacity
-                    ),
-                );
-            }
-        }
-        Ok(())
-    }
-
     /// Returns a buffer to the pool, unless it lives in the plan's arena.
-    fn give_back(&self, b: Buffer) {
+    pub(super) fn give_back(&self, b: Buffer) {
         if !self.in_arena(b) {
             release(self.pool, b);
         }
@@ -387,50 +279,6 @@ impl<'r> RunState<'r> {
     /// Nanoseconds spent in kernels (traced runs only).
     pub fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
-    }
-
-    /// The block cache of the thread in `slot`, if any.
-    #[allow(clippy::mut_from_ref)]
-    fn cache(&self, slot: Option<usize>) -> Option<&mut BlockCache> {
-        let cell = self.caches.get(slot?)?;
-        // SAFETY: a slot belongs to one thread while the run goes on (see `caches`), and this
-        // borrow ends before that thread borrows it again.
-        Some(unsafe { &mut *cell.get() })
-    }
-
-    /// Makes sure `cache` holds a block of `n` bytes, taking some from the pool if it does not:
-    /// one at first, twice as many each time the same size misses again in a row, up to
-    /// `REFILL` (a fan-out of equal outputs takes the lock once per `REFILL` nodes; sizes seen
-    /// once cost no extra blocks).
-    /// Returns how many blocks it took from the pool.
-    fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<u64> {
-        if cache.blocks.iter().any(|b| b.capacity == n) {
-            return Ok(0);
-        }
-        let count = match cache.streak {
-            (size, count) if size == n => (count * 2).min(REFILL),
-            _ => 1,
-        };
-        cache.streak = (n, count);
-        let mut fresh = Vec::with_capacity(count);
-        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, &mut fresh) {
-            release_many(self.pool, fresh.into_iter().map(|p| Buffer::new(p.as_ptr().cast(), n)));
-            return Err(e);
-        }
-        // Parked: a checker (ASan, valgrind) reports any touch until a node is handed one.
-        cache.blocks.extend(fresh.into_iter().map(|p| {
-            sanitize::hide(p.as_ptr(), n);
-            Buffer::new(p.as_ptr().cast(), n)
-        }));
-        Ok(count as u64)
-    }
-
-    /// Gives every cached block back to the pool. By the caller, once the run is over.
-    pub fn flush_caches(&mut self) {
-        for cell in self.caches.iter_mut() {
-            let cache = std::mem::take(cell.get_mut());
-            release_many(self.pool, cache.blocks);
-        }
     }
 
     /// The queue band of a node: its priority band under the policy, or 0 for FIFO.
@@ -568,7 +416,7 @@ impl<'r> RunState<'r> {
         std::mem::take(self.slots[value as usize].get_mut())
     }
 
-    fn add_live(&self, bytes: u64) {
+    pub(super) fn add_live(&self, bytes: u64) {
         if bytes > 0 {
             let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
             if now > self.peak_live.load(Ordering::Relaxed) {
@@ -588,131 +436,6 @@ impl<'r> RunState<'r> {
                 .fetch_add(std::mem::take(&mut scratch.nodes_run), Ordering::Relaxed);
             self.acquires
                 .fetch_add(std::mem::take(&mut scratch.acquires), Ordering::Relaxed);
-        }
-    }
-
-    /// Admits a ready node under the memory limit: true if it may run now. Without a limit,
-    /// always. A node that cannot run now waits until a release makes room.
-    pub fn admit(&self, node: u32) -> bool {
-        let Some(gate) = &self.gate else {
-            return true;
-        };
-        let mut inner = lock(&gate.inner);
-        if self.try_reserve(&mut inner, Some(node), self.prio.output_bytes[node as usize]) {
-            return true;
-        }
-        let ranks = self.prio.ranks(self.policy);
-        let at = inner
-            .waiting
-            .partition_point(|&w| ranks[w as usize] < ranks[node as usize]);
-        inner.waiting.insert(at, node);
-        false
-    }
-
-    /// Reserves `need` bytes, for `node` to start (asking the admission rule) or for a dynamic
-    /// output (`None`: only the limit applies). Under the gate's lock, so the only concurrent
-    /// changes to `live` are releases, which lower it: a stale read only errs on the safe side.
-    fn try_reserve(&self, inner: &mut GateInner<'_>, node: Option<u32>, need: u64) -> bool {
-        let live = self.live.load(Ordering::Relaxed);
-        let admitted = match node {
-            Some(node) => inner.admission.try_admit(node, need, live),
-            None => live.saturating_add(need) <= inner.admission.limit(),
-        };
-        if admitted {
-            self.add_live(need);
-        }
-        admitted
-    }
-
-    /// After `freed` values were released: tells admission, then admits waiting nodes that now
-    /// fit, most critical first.
-    fn readmit(&self, out: &mut Vec<u32>, freed: &[u32]) {
-        let Some(gate) = &self.gate else { return };
-        let mut guard = lock(&gate.inner);
-        let inner = &mut *guard;
-        for &v in freed {
-            let static_bytes = crate::graph::memory::value_bytes(self.graph, v);
-            inner.admission.release(self.graph.value_producer(v), static_bytes);
-        }
-        let mut waiting = std::mem::take(&mut inner.waiting);
-        waiting.retain(|&node| {
-            let fits = self.try_reserve(inner, Some(node), self.prio.output_bytes[node as usize]);
-            if fits {
-                out.push(node);
-            }
-            !fits
-        });
-        inner.waiting = waiting;
-    }
-
-    /// Under a memory limit: reserves `bytes` for a dynamic output `node`'s kernel is
-    /// allocating, or refuses with a `MemoryLimit` error naming the node and the bytes. Dynamic
-    /// sizes are unknown in advance, so they are not part of the completion guarantee (see
-    /// `sched::admission`): they are granted while they fit, and refused past the limit.
-    fn reserve_dynamic(&self, node: u32, bytes: u64) -> Result<()> {
-        let Some(gate) = &self.gate else { return Ok(()) };
-        if self.try_reserve(&mut lock(&gate.inner), None, bytes) {
-            return Ok(());
-        }
-        err(
-            ErrorKind::MemoryLimit,
-            format!(
-                "node {} asked for a {bytes}-byte dynamic output, but {} of the {}-byte memory limit are live",
-                self.graph.node_label(node),
-                self.live.load(Ordering::Relaxed),
-                gate.limit
-            ),
-        )
-    }
-
-    /// The order a run without an executor follows: the one admission's guarantee is about
-    /// under a memory limit, else the topological order.
-    pub fn sequential_order(&self) -> &'r [u32] {
-        match self.gate {
-            Some(_) => &self.graph.lowest_live_order().order,
-            None => self.graph.topological_order(),
-        }
-    }
-
-    pub fn has_gate(&self) -> bool {
-        self.gate.is_some()
-    }
-
-    /// Called by the run's last active task before it finishes: if nodes still wait for memory
-    /// that nothing running will release, admit what fits or fail the run naming the culprit.
-    pub fn resolve_stall(&self, out: &mut Vec<u32>) {
-        let Some(gate) = &self.gate else { return };
-        self.readmit(out, &[]);
-        if !out.is_empty() || self.failed() {
-            return;
-        }
-        let inner = lock(&gate.inner);
-        if let Some(&node) = inner.waiting.first() {
-            let need = self.prio.output_bytes[node as usize];
-            let live = self.live.load(Ordering::Relaxed);
-            drop(inner);
-            let label = self.graph.node_label(node);
-            let message = if need > gate.limit {
-                format!(
-                    "node {label} needs {need} bytes for its outputs, more than the whole {}-byte memory limit",
-                    gate.limit
-                )
-            } else {
-                let bound = self.graph.lowest_live_order().peak;
-                let why = if gate.limit >= bound {
-                    "outputs of dynamic size took the room".to_string()
-                } else {
-                    format!(
-                        "the limit is below {bound} bytes, the lowest max-live bound graphsched found for this graph"
-                    )
-                };
-                format!(
-                    "node {label} needs {need} bytes for its outputs, but {live} of the {}-byte memory limit are live and \
-                     nothing else is running to free them ({why})",
-                    gate.limit
-                )
-            };
-            self.fail(Error::new(ErrorKind::MemoryLimit, message));
         }
     }
 
@@ -764,209 +487,8 @@ impl<'r> RunState<'r> {
         }
     }
 
-    fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
-        let g = self.graph;
-        let Scratch {
-            inputs,
-            outputs,
-            buffers,
-            executed,
-            acquires,
-            slot,
-            thread,
-            busy_ns,
-            taken,
-            ..
-        } = scratch;
-        let mut cache = self.cache(*slot);
-        let values = g.node_values(node);
-        outputs.clear();
-        buffers.clear();
-        *taken = None;
-        let mut in_place_output = None;
-        for v in values.clone() {
-            let mut buffer = Buffer::NONE;
-            if let OutputSize::Bytes(n) = g.value_size(v) {
-                if let Some(input) = self.take_over(node, v - values.start, n) {
-                    // SAFETY: the producer of `input` finished, and this node is its last reader.
-                    let held = unsafe { (*self.slots[input as usize].get()).buffer };
-                    buffer = Buffer {
-                        ptr: held.ptr,
-                        capacity: n,
-                        block: held.block,
-                    };
-                    *taken = Some(input);
-                    in_place_output = Some((v - values.start) as usize);
-                    buffers.push(buffer);
-                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-                    continue;
-                }
-                if let Some(offset) = self.plan.and_then(|p| p.offset(v)) {
-                    if self.plan.is_some_and(|p| p.alias_of(v).is_some()) {
-                        in_place_output = Some((v - values.start) as usize);
-                    }
-                    buffer = Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n);
-                    if g.zero_output(node) {
-                        // SAFETY: the plan gives this value `n` bytes of the arena, which no value
-                        // live at the same time overlaps.
-                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
-                    }
-                    buffers.push(buffer);
-                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-                    continue;
-                }
-                if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
-                    *acquires += self.refill(cache, n)?;
-                    let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
-                    buffer = cache.blocks.swap_remove(i);
-                    sanitize::reveal(buffer.ptr.cast(), n);
-                    if g.zero_output(node) {
-                        // SAFETY: the cached block holds `n` bytes and is this node's alone.
-                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
-                    }
-                    buffers.push(buffer);
-                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-                    continue;
-                }
-                let until = g.release_tick(v).map_or(NEVER, u64::from);
-                match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
-                    Ok(p) => {
-                        *acquires += 1;
-                        buffer = Buffer::new(p.as_ptr().cast(), n)
-                    }
-                    Err(e) => {
-                        for (k, &b) in buffers.iter().enumerate() {
-                            if Some(k) != in_place_output {
-                                self.give_back(b);
-                            }
-                        }
-                        let k = v - values.start;
-                        return err(
-                            e.kind(),
-                            format!(
-                                "output {k} of node '{}' ({n} bytes): {}",
-                                g.node_name(node),
-                                e.message()
-                            ),
-                        );
-                    }
-                }
-            }
-            buffers.push(buffer);
-            outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-        }
-        inputs.clear();
-        // SAFETY: every input's producer finished before this node became ready (module docs).
-        inputs.extend(
-            g.node_inputs(node)
-                .iter()
-                .map(|&v| unsafe { (*self.slots[v as usize].get()).tensor }),
-        );
-
-        let kernel = g.kernel(node).expect("operator nodes have kernels");
-        let reserve = |bytes: u64| self.reserve_dynamic(node, bytes);
-        let mut ctx = KernelCtx {
-            graph: g,
-            node,
-            pool: self.pool,
-            inputs,
-            outputs,
-            buffers,
-            error: None,
-            in_place: in_place_output,
-            reserve: self
-                .gate
-                .is_some()
-                .then_some(&reserve as &(dyn Fn(u64) -> Result<()> + Sync)),
-            reserved: 0,
-            refused: None,
-            acquired: 0,
-        };
-        *executed += 1;
-        let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
-        let start = (sample || self.trace.is_some()).then(Instant::now);
-        let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
-        if let Some(start) = start {
-            let ns = start.elapsed().as_nanos() as u64;
-            if sample {
-                g.learn(node, ns);
-            }
-            if let Some(t) = &self.trace {
-                *busy_ns += ns;
-                let begin = start.duration_since(t.start).as_nanos() as u64;
-                let event = NodeEvent {
-                    node,
-                    thread: *thread,
-                    start_ns: begin,
-                    end_ns: begin + ns,
-                    live_bytes: self.live.load(Ordering::Relaxed),
-                    reserved_bytes: self.pool.stats().reserved_bytes,
-                };
-                lock(&t.events).push(event);
-            }
-        }
-        let detail = ctx.error.take();
-        let (refused, reserved_dynamic) = (ctx.refused.take(), ctx.reserved);
-        *acquires += ctx.acquired;
-        let failure = match outcome {
-            // A dynamic output the memory limit refused fails the node, whatever the kernel made
-            // of the refusal.
-            Ok(_) if refused.is_some() => refused,
-            Ok(Ok(())) => check_outputs(g, node, outputs, buffers)
-                .and_then(|_| self.check_red_zones(node, buffers, in_place_output))
-                .err(),
-            Ok(Err(msg)) => {
-                let msg = match detail {
-                    Some(d) => format!("{d} ({msg})"),
-                    None => msg,
-                };
-                Some(Error::new(
-                    ErrorKind::KernelFailed,
-                    format!("node {} failed: {msg}", g.node_label(node)),
-                ))
-            }
-            Err(panic) => Some(Error::new(
-                ErrorKind::KernelPanicked,
-                format!(
-                    "kernel of node {} panicked: {}",
-                    g.node_label(node),
-                    panic_text(&*panic)
-                ),
-            )),
-        };
-        if let Some(e) = failure {
-            // `buffers` records every block the node holds, dynamic ones included.
-            for (k, &b) in buffers.iter().enumerate() {
-                if Some(k) != in_place_output {
-                    self.give_back(b);
-                }
-            }
-            self.live.fetch_sub(reserved_dynamic, Ordering::Relaxed);
-            return Err(e);
-        }
-        // Commit: the outputs become values.
-        let mut dynamic = 0;
-        for (k, v) in values.enumerate() {
-            if g.value_size(v) == OutputSize::Dynamic {
-                dynamic += buffers[k].capacity as u64;
-            }
-            // SAFETY: only this node writes its outputs' slots, before anyone may read them.
-            unsafe {
-                *self.slots[v as usize].get() = Slot {
-                    tensor: outputs[k],
-                    buffer: buffers[k],
-                }
-            };
-        }
-        if self.gate.is_none() {
-            // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
-            self.add_live(dynamic);
-        }
-        Ok(())
-    }
-
     /// After a successful kernel: drop what nobody needs any more, then mark successors.
-    fn finish_node(&self, node: u32, scratch: &mut Scratch) {
+    pub(super) fn finish_node(&self, node: u32, scratch: &mut Scratch) {
         super::fault::check(self.graph, node);
         let g = self.graph;
         // Values this node freed, kept only under a memory limit: admission hears of them
@@ -1012,7 +534,7 @@ impl<'r> RunState<'r> {
     /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
     /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
     /// pool memory.
-    fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
+    pub(super) fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
         let value = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
         let bytes = value.buffer.capacity;
@@ -1042,31 +564,6 @@ impl<'r> RunState<'r> {
     }
 }
 
-impl Window {
-    /// Takes a place in the window, or defers the node: false if it must wait.
-    pub fn enter(&self, node: u32, reserved: bool) -> bool {
-        if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
-            return true;
-        }
-        self.running.fetch_sub(1, Ordering::AcqRel);
-        let mut deferred = lock(&self.deferred);
-        // Retry under the lock `leave` takes: a place freed meanwhile is seen here.
-        if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
-            return true;
-        }
-        self.running.fetch_sub(1, Ordering::AcqRel);
-        deferred.push((node, reserved));
-        false
-    }
-
-    /// Gives the place back; returns a deferred node to start, if any, and whether its memory
-    /// is reserved.
-    pub fn leave(&self) -> Option<(u32, bool)> {
-        self.running.fetch_sub(1, Ordering::AcqRel);
-        lock(&self.deferred).pop()
-    }
-}
-
 impl Drop for RunState<'_> {
     /// Whatever the run still holds goes back: everything after a failure, nothing after
     /// success (the graph outputs have moved to the result).
@@ -1079,30 +576,8 @@ impl Drop for RunState<'_> {
     }
 }
 
-/// After a kernel succeeded: every output exists, sits where the run put it, and fits.
-fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -> Result<()> {
-    for (k, (t, b)) in outputs.iter().zip(buffers).enumerate() {
-        let problem = if b.ptr.is_null() {
-            "is dynamic but the kernel did not allocate it".to_string()
-        } else if t.data != b.ptr {
-            format!("had its data pointer changed from {:p} to {:p}", b.ptr, t.data)
-        } else if t.nbytes > b.capacity {
-            format!("claims {} bytes but its buffer holds {}", t.nbytes, b.capacity)
-        } else if !(0..=MAX_DIMS as i32).contains(&t.ndim) {
-            format!("has ndim {}, outside 0..={MAX_DIMS}", t.ndim)
-        } else {
-            continue;
-        };
-        return err(
-            ErrorKind::KernelFailed,
-            format!("output {k} of node {} {problem}", g.node_label(node)),
-        );
-    }
-    Ok(())
-}
-
 /// Gives blocks of the cache back to the pool, under one lock.
-fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
+pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
     let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
     // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
     unsafe { pool.release_many(blocks, Owner::Run) }.expect("a run releases only blocks it acquired, once");
@@ -1125,7 +600,7 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

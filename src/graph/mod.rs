@@ -9,8 +9,8 @@
 
 mod analysis;
 mod builder;
-mod order;
 pub mod memory;
+mod order;
 pub mod reach;
 
 pub use analysis::{Graph, GraphInfo};

@@ -1,0 +1,68 @@
+//! Per-thread caches of small blocks in a parallel run: small outputs rarely take the pool's
+//! lock, which every thread contends for.
+
+use super::ctx::Buffer;
+use super::state::{release_many, RunState};
+use crate::error::Result;
+use crate::pool::{sanitize, Owner};
+
+/// A thread's small blocks at hand in one run, and the size that last missed with how many
+/// blocks its refill took.
+#[derive(Default)]
+pub(super) struct BlockCache {
+    pub(super) blocks: Vec<Buffer>,
+    streak: (usize, usize),
+}
+
+/// Blocks up to this size go through the per-thread caches (larger ones straight to the pool,
+/// which coalesces them); a cache refills `REFILL` blocks at a time and holds at most
+/// `CACHE_BLOCKS`, giving half back when full.
+pub(super) const CACHE_MAX_BYTES: usize = 16 * 1024;
+pub(super) const CACHE_BLOCKS: usize = 64;
+const REFILL: usize = 16;
+
+impl RunState<'_> {
+    /// The block cache of the thread in `slot`, if any.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn cache(&self, slot: Option<usize>) -> Option<&mut BlockCache> {
+        let cell = self.caches.get(slot?)?;
+        // SAFETY: a slot belongs to one thread while the run goes on (see `caches`), and this
+        // borrow ends before that thread borrows it again.
+        Some(unsafe { &mut *cell.get() })
+    }
+
+    /// Makes sure `cache` holds a block of `n` bytes, taking some from the pool if it does not:
+    /// one at first, twice as many each time the same size misses again in a row, up to
+    /// `REFILL` (a fan-out of equal outputs takes the lock once per `REFILL` nodes; sizes seen
+    /// once cost no extra blocks).
+    /// Returns how many blocks it took from the pool.
+    pub(super) fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<u64> {
+        if cache.blocks.iter().any(|b| b.capacity == n) {
+            return Ok(0);
+        }
+        let count = match cache.streak {
+            (size, count) if size == n => (count * 2).min(REFILL),
+            _ => 1,
+        };
+        cache.streak = (n, count);
+        let mut fresh = Vec::with_capacity(count);
+        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, &mut fresh) {
+            release_many(self.pool, fresh.into_iter().map(|p| Buffer::new(p.as_ptr().cast(), n)));
+            return Err(e);
+        }
+        // Parked: a checker (ASan, valgrind) reports any touch until a node is handed one.
+        cache.blocks.extend(fresh.into_iter().map(|p| {
+            sanitize::hide(p.as_ptr(), n);
+            Buffer::new(p.as_ptr().cast(), n)
+        }));
+        Ok(count as u64)
+    }
+
+    /// Gives every cached block back to the pool. By the caller, once the run is over.
+    pub fn flush_caches(&mut self) {
+        for cell in self.caches.iter_mut() {
+            let cache = std::mem::take(cell.get_mut());
+            release_many(self.pool, cache.blocks);
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! One node's kernel call: placing its outputs (in place, in the plan's arena, from the thread's
+//! cache or the pool), binding its inputs, calling the kernel, and checking what it left.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::cache::CACHE_MAX_BYTES;
+use super::ctx::{Buffer, KernelCtx};
+use super::state::{lock, panic_text, RunState, Scratch, Slot, SAMPLE_EVERY};
+use crate::error::{err, Error, ErrorKind, Result};
+use crate::graph::{Graph, OutputSize};
+use crate::pool::{sanitize, Owner, NEVER};
+use crate::tensor::{Tensor, MAX_DIMS};
+use crate::trace::NodeEvent;
+
+impl RunState<'_> {
+    /// The input whose buffer output `k` (of `n` bytes) of `node` may take over, if the node
+    /// declared the pair and it is safe now: the input holds a pool buffer (never caller memory
+    /// or a planned arena slice) of at least `n` bytes, this node is its last reader (its
+    /// reference count is this node's own reads; a graph output keeps one more), and the output
+    /// need not be cleared first.
+    pub(super) fn take_over(&self, node: u32, k: u32, n: usize) -> Option<u32> {
+        let (out, slot) = self.graph.in_place(node)?;
+        if out != k
+            || self.graph.zero_output(node)
+            || self
+                .plan
+                .is_some_and(|p| p.offset(self.graph.node_values(node).start + k).is_some())
+        {
+            return None;
+        }
+        let inputs = self.graph.node_inputs(node);
+        let v = *inputs.get(slot as usize)?;
+        let reads = inputs.iter().filter(|&&x| x == v).count() as u32;
+        // Acquire: the other readers' decrements, and so their reads, happened before.
+        if self.refs[v as usize].load(Ordering::Acquire) != reads {
+            return None;
+        }
+        // SAFETY: the producer of `v` finished before this node became ready.
+        let held = unsafe { (*self.slots[v as usize].get()).buffer };
+        (!held.ptr.is_null() && held.capacity >= n && !self.in_arena(held)).then_some(v)
+    }
+
+    /// With the pool's red zones on: after a kernel ran, checks the guards around its outputs
+    /// and inputs, and names the node if it wrote out of bounds.
+    pub(super) fn check_red_zones(&self, node: u32, buffers: &[Buffer], in_place_output: Option<usize>) -> Result<()> {
+        if self.pool.config().red_zones == 0 {
+            return Ok(());
+        }
+        let g = self.graph;
+        let intact = |b: Buffer| match std::ptr::NonNull::new(b.ptr.cast::<u8>()) {
+            // SAFETY: `b` is a live pool block of this run, `block` bytes long.
+            Some(p) if b.capacity > 0 && !self.in_arena(b) => unsafe { self.pool.guards_intact(p, b.block) },
+            _ => true,
+        };
+        for (k, &b) in buffers.iter().enumerate() {
+            if Some(k) != in_place_output && !intact(b) {
+                return err(
+                    ErrorKind::KernelFailed,
+                    format!(
+                        "node {} wrote out of the bounds of output {k} ({} bytes): its red zone was overwritten",
+                        g.node_label(node),
+                        b.capacity
+                    ),
+                );
+            }
+        }
+        for (i, &v) in g.node_inputs(node).iter().enumerate() {
+            // SAFETY: this node still holds its inputs; their slots do not change under it.
+            let b = unsafe { (*self.slots[v as usize].get()).buffer };
+            if in_place_output.is_none() && !intact(b) {
+                return err(
+                    ErrorKind::KernelFailed,
+                    format!(
+                        "node {} wrote out of the bounds of input {i} ({} bytes): its red zone was overwritten",
+                        g.node_label(node),
+                        b.capacity
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
+        let g = self.graph;
+        let Scratch {
+            inputs,
+            outputs,
+            buffers,
+            executed,
+            acquires,
+            slot,
+            thread,
+            busy_ns,
+            taken,
+            ..
+        } = scratch;
+        let mut cache = self.cache(*slot);
+        let values = g.node_values(node);
+        outputs.clear();
+        buffers.clear();
+        *taken = None;
+        let mut in_place_output = None;
+        for v in values.clone() {
+            let mut buffer = Buffer::NONE;
+            if let OutputSize::Bytes(n) = g.value_size(v) {
+                if let Some(input) = self.take_over(node, v - values.start, n) {
+                    // SAFETY: the producer of `input` finished, and this node is its last reader.
+                    let held = unsafe { (*self.slots[input as usize].get()).buffer };
+                    buffer = Buffer {
+                        ptr: held.ptr,
+                        capacity: n,
+                        block: held.block,
+                    };
+                    *taken = Some(input);
+                    in_place_output = Some((v - values.start) as usize);
+                    buffers.push(buffer);
+                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    continue;
+                }
+                if let Some(offset) = self.plan.and_then(|p| p.offset(v)) {
+                    if self.plan.is_some_and(|p| p.alias_of(v).is_some()) {
+                        in_place_output = Some((v - values.start) as usize);
+                    }
+                    buffer = Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n);
+                    if g.zero_output(node) {
+                        // SAFETY: the plan gives this value `n` bytes of the arena, which no value
+                        // live at the same time overlaps.
+                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                    }
+                    buffers.push(buffer);
+                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    continue;
+                }
+                if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
+                    *acquires += self.refill(cache, n)?;
+                    let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
+                    buffer = cache.blocks.swap_remove(i);
+                    sanitize::reveal(buffer.ptr.cast(), n);
+                    if g.zero_output(node) {
+                        // SAFETY: the cached block holds `n` bytes and is this node's alone.
+                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                    }
+                    buffers.push(buffer);
+                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    continue;
+                }
+                let until = g.release_tick(v).map_or(NEVER, u64::from);
+                match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
+                    Ok(p) => {
+                        *acquires += 1;
+                        buffer = Buffer::new(p.as_ptr().cast(), n)
+                    }
+                    Err(e) => {
+                        for (k, &b) in buffers.iter().enumerate() {
+                            if Some(k) != in_place_output {
+                                self.give_back(b);
+                            }
+                        }
+                        let k = v - values.start;
+                        return err(
+                            e.kind(),
+                            format!(
+                                "output {k} of node '{}' ({n} bytes): {}",
+                                g.node_name(node),
+                                e.message()
+                            ),
+                        );
+                    }
+                }
+            }
+            buffers.push(buffer);
+            outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+        }
+        inputs.clear();
+        // SAFETY: every input's producer finished before this node became ready (module docs).
+        inputs.extend(
+            g.node_inputs(node)
+                .iter()
+                .map(|&v| unsafe { (*self.slots[v as usize].get()).tensor }),
+        );
+
+        let kernel = g.kernel(node).expect("operator nodes have kernels");
+        let reserve = |bytes: u64| self.reserve_dynamic(node, bytes);
+        let mut ctx = KernelCtx {
+            graph: g,
+            node,
+            pool: self.pool,
+            inputs,
+            outputs,
+            buffers,
+            error: None,
+            in_place: in_place_output,
+            reserve: self
+                .gate
+                .is_some()
+                .then_some(&reserve as &(dyn Fn(u64) -> Result<()> + Sync)),
+            reserved: 0,
+            refused: None,
+            acquired: 0,
+        };
+        *executed += 1;
+        let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
+        let start = (sample || self.trace.is_some()).then(Instant::now);
+        let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
+        if let Some(start) = start {
+            let ns = start.elapsed().as_nanos() as u64;
+            if sample {
+                g.learn(node, ns);
+            }
+            if let Some(t) = &self.trace {
+                *busy_ns += ns;
+                let begin = start.duration_since(t.start).as_nanos() as u64;
+                let event = NodeEvent {
+                    node,
+                    thread: *thread,
+                    start_ns: begin,
+                    end_ns: begin + ns,
+                    live_bytes: self.live.load(Ordering::Relaxed),
+                    reserved_bytes: self.pool.stats().reserved_bytes,
+                };
+                lock(&t.events).push(event);
+            }
+        }
+        let detail = ctx.error.take();
+        let (refused, reserved_dynamic) = (ctx.refused.take(), ctx.reserved);
+        *acquires += ctx.acquired;
+        let failure = match outcome {
+            // A dynamic output the memory limit refused fails the node, whatever the kernel made
+            // of the refusal.
+            Ok(_) if refused.is_some() => refused,
+            Ok(Ok(())) => check_outputs(g, node, outputs, buffers)
+                .and_then(|_| self.check_red_zones(node, buffers, in_place_output))
+                .err(),
+            Ok(Err(msg)) => {
+                let msg = match detail {
+                    Some(d) => format!("{d} ({msg})"),
+                    None => msg,
+                };
+                Some(Error::new(
+                    ErrorKind::KernelFailed,
+                    format!("node {} failed: {msg}", g.node_label(node)),
+                ))
+            }
+            Err(panic) => Some(Error::new(
+                ErrorKind::KernelPanicked,
+                format!(
+                    "kernel of node {} panicked: {}",
+                    g.node_label(node),
+                    panic_text(&*panic)
+                ),
+            )),
+        };
+        if let Some(e) = failure {
+            // `buffers` records every block the node holds, dynamic ones included.
+            for (k, &b) in buffers.iter().enumerate() {
+                if Some(k) != in_place_output {
+                    self.give_back(b);
+                }
+            }
+            self.live.fetch_sub(reserved_dynamic, Ordering::Relaxed);
+            return Err(e);
+        }
+        // Commit: the outputs become values.
+        let mut dynamic = 0;
+        for (k, v) in values.enumerate() {
+            if g.value_size(v) == OutputSize::Dynamic {
+                dynamic += buffers[k].capacity as u64;
+            }
+            // SAFETY: only this node writes its outputs' slots, before anyone may read them.
+            unsafe {
+                *self.slots[v as usize].get() = Slot {
+                    tensor: outputs[k],
+                    buffer: buffers[k],
+                }
+            };
+        }
+        if self.gate.is_none() {
+            // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
+            self.add_live(dynamic);
+        }
+        Ok(())
+    }
+}
+
+/// After a kernel succeeded: every output exists, sits where the run put it, and fits.
+fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -> Result<()> {
+    for (k, (t, b)) in outputs.iter().zip(buffers).enumerate() {
+        let problem = if b.ptr.is_null() {
+            "is dynamic but the kernel did not allocate it".to_string()
+        } else if t.data != b.ptr {
+            format!("had its data pointer changed from {:p} to {:p}", b.ptr, t.data)
+        } else if t.nbytes > b.capacity {
+            format!("claims {} bytes but its buffer holds {}", t.nbytes, b.capacity)
+        } else if !(0..=MAX_DIMS as i32).contains(&t.ndim) {
+            format!("has ndim {}, outside 0..={MAX_DIMS}", t.ndim)
+        } else {
+            continue;
+        };
+        return err(
+            ErrorKind::KernelFailed,
+            format!("output {k} of node {} {problem}", g.node_label(node)),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! The window: at most `cap` nodes of a run execute at once.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use super::state::lock;
+
+/// The window: at most `cap` nodes of the run execute at once. A task that finds the window full
+/// waits in `deferred`; each node that leaves starts one deferred task. Entering and deferring
+/// happen under the lock the leaver takes, so no deferred task is forgotten.
+pub(super) struct Window {
+    pub(super) cap: u32,
+    /// Nodes of the run executing now (a place taken optimistically and given back if over
+    /// `cap`). AcqRel; what keeps a deferred task from being forgotten is the `deferred` lock,
+    /// which both the last try of `enter` and `leave` take after changing the count.
+    pub(super) running: AtomicU32,
+    /// Deferred nodes, with whether their memory is reserved already (admitted while waiting).
+    pub(super) deferred: Mutex<Vec<(u32, bool)>>,
+}
+
+impl Window {
+    /// Takes a place in the window, or defers the node: false if it must wait.
+    pub fn enter(&self, node: u32, reserved: bool) -> bool {
+        if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
+            return true;
+        }
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        let mut deferred = lock(&self.deferred);
+        // Retry under the lock `leave` takes: a place freed meanwhile is seen here.
+        if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
+            return true;
+        }
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        deferred.push((node, reserved));
+        false
+    }
+
+    /// Gives the place back; returns a deferred node to start, if any, and whether its memory
+    /// is reserved.
+    pub fn leave(&self) -> Option<(u32, bool)> {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        lock(&self.deferred).pop()
+    }
+}
