@@ -159,6 +159,9 @@ enum gs_status
   GS_ERR_CANCELLED = 20,
   // The run passed its deadline (`gs_run_options.timeout_ns`); as for a cancelled run.
   GS_ERR_DEADLINE = 21,
+  // A block given back to the pool (`gs_pool_release`) had its red zone overwritten: something
+  // wrote past its end or before its start. The block went back all the same.
+  GS_ERR_BUFFER_OVERRUN = 22,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

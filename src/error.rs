@@ -45,6 +45,9 @@ pub enum ErrorKind {
     Cancelled,
     /// The run passed its deadline.
     DeadlineExceeded,
+    /// A pool block's red zone was overwritten: something wrote past its bounds. The pool
+    /// reports it when the block comes back; a run names the node instead (`KernelFailed`).
+    BufferOverrun,
 }
 
 /// An error with a sentence naming the node, value or argument at fault.

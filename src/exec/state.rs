@@ -594,7 +594,7 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
         match unsafe { pool.release_by(p, Owner::Run) } {
             // A red zone overwritten: the block is back in the pool, and the run has already
             // named the node that did it (see `check_red_zones`).
-            Err(e) if e.kind() == ErrorKind::KernelFailed => {}
+            Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
             other => other.expect("a run releases only blocks it acquired, once"),
         }
     }

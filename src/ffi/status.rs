@@ -56,6 +56,9 @@ pub enum gs_status {
     GS_ERR_CANCELLED = 20,
     /// The run passed its deadline (`gs_run_options.timeout_ns`); as for a cancelled run.
     GS_ERR_DEADLINE = 21,
+    /// A block given back to the pool (`gs_pool_release`) had its red zone overwritten: something
+    /// wrote past its end or before its start. The block went back all the same.
+    GS_ERR_BUFFER_OVERRUN = 22,
 }
 
 use gs_status::*;
@@ -82,12 +85,13 @@ impl From<ErrorKind> for gs_status {
             ErrorKind::Io => GS_ERR_IO,
             ErrorKind::Cancelled => GS_ERR_CANCELLED,
             ErrorKind::DeadlineExceeded => GS_ERR_DEADLINE,
+            ErrorKind::BufferOverrun => GS_ERR_BUFFER_OVERRUN,
         }
     }
 }
 
 /// Every status, for tests and for `gs_status_name`.
-pub(crate) const ALL_STATUSES: [gs_status; 22] = [
+pub(crate) const ALL_STATUSES: [gs_status; 23] = [
     GS_OK,
     GS_ERR_NULL_ARGUMENT,
     GS_ERR_INVALID_HANDLE,
@@ -110,6 +114,7 @@ pub(crate) const ALL_STATUSES: [gs_status; 22] = [
     GS_ERR_IO,
     GS_ERR_CANCELLED,
     GS_ERR_DEADLINE,
+    GS_ERR_BUFFER_OVERRUN,
 ];
 
 /// A failure on its way to C: the status plus the sentence for the last error.
@@ -211,6 +216,7 @@ pub extern "C" fn gs_status_name(status: i32) -> *const c_char {
         Some(GS_ERR_IO) => cstr!("GS_ERR_IO"),
         Some(GS_ERR_CANCELLED) => cstr!("GS_ERR_CANCELLED"),
         Some(GS_ERR_DEADLINE) => cstr!("GS_ERR_DEADLINE"),
+        Some(GS_ERR_BUFFER_OVERRUN) => cstr!("GS_ERR_BUFFER_OVERRUN"),
         None => cstr!("GS_UNKNOWN_STATUS"),
     }
 }

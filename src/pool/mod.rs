@@ -415,7 +415,7 @@ impl Pool {
         unsafe { ptr.as_ptr().write_bytes(POISON, nbytes) };
         if !intact {
             return err(
-                ErrorKind::KernelFailed,
+                ErrorKind::BufferOverrun,
                 format!("the red zone around the {nbytes}-byte block at {ptr:p} was overwritten: something wrote out of its bounds"),
             );
         }
@@ -460,7 +460,7 @@ impl Pool {
         // An overwritten red zone is reported, and the block still goes back (nothing leaks).
         let (block, damage) = match self.unguard(ptr, &st, by) {
             Ok(block) => (block, None),
-            Err(e) if e.kind() == ErrorKind::KernelFailed => (
+            Err(e) if e.kind() == ErrorKind::BufferOverrun => (
                 NonNull::new((ptr.as_ptr() as usize - self.guard_bytes()) as *mut u8).expect("inside a region"),
                 Some(e),
             ),

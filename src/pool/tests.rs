@@ -73,3 +73,27 @@ fn bad_configurations_are_refused() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert!(e.message().contains("large_threshold_bytes"));
 }
+
+#[test]
+fn a_block_written_past_its_end_is_reported_as_an_overrun_and_still_goes_back() {
+    let pool = Pool::new(PoolConfig {
+        red_zones: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let p = pool.acquire(100, false).unwrap();
+    let q = pool.acquire(100, false).unwrap();
+    // SAFETY: writes one byte into the red zone just past the block, which the pool owns and
+    // hides from the memory checkers; revealed first so a checker does not stop the test.
+    unsafe {
+        sanitize::reveal(p.as_ptr().add(100), 1);
+        p.as_ptr().add(100).write(0xAB);
+    }
+    // SAFETY: blocks of this test, not used after their release.
+    let damaged = unsafe { pool.release(p) }.unwrap_err();
+    assert_eq!(damaged.kind(), ErrorKind::BufferOverrun, "{damaged}");
+    assert!(damaged.message().contains("100-byte block"), "{damaged}");
+    // SAFETY: as above.
+    unsafe { pool.release(q) }.unwrap();
+    assert_eq!(pool.stats().live_bytes, 0, "the damaged block went back too");
+}
