@@ -1,7 +1,7 @@
 //! Per-thread caches of small blocks in a parallel run: small outputs rarely take the pool's
 //! lock, which every thread contends for.
 
-use super::ctx::Buffer;
+use crate::kernel::Buffer;
 use super::state::{release_many, RunState};
 use crate::error::Result;
 use crate::pool::{sanitize, Owner};

@@ -7,10 +7,10 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::cache::CACHE_MAX_BYTES;
-use super::ctx::{Buffer, KernelCtx};
 use super::state::{lock, panic_text, RunState, Scratch, Slot, SAMPLE_EVERY};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
+use crate::kernel::{Buffer, DynamicOutputs, KernelCtx};
 use crate::pool::{sanitize, Owner, NEVER};
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::trace::NodeEvent;
@@ -184,23 +184,22 @@ impl RunState<'_> {
         );
 
         let kernel = g.kernel(node).expect("operator nodes have kernels");
-        let reserve = |bytes: u64| self.reserve_dynamic(node, bytes);
-        let mut ctx = KernelCtx {
-            graph: g,
+        let mut dynamic = NodeOutputs {
+            run: self,
             node,
-            pool: self.pool,
+            reserved: 0,
+            refused: None,
+            acquired: 0,
+        };
+        let mut ctx = KernelCtx {
+            node,
+            name: g.node_name_c(node),
             inputs,
             outputs,
             buffers,
             error: None,
             in_place: in_place_output,
-            reserve: self
-                .gate
-                .is_some()
-                .then_some(&reserve as &(dyn Fn(u64) -> Result<()> + Sync)),
-            reserved: 0,
-            refused: None,
-            acquired: 0,
+            dynamic: &mut dynamic,
         };
         *executed += 1;
         let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
@@ -226,8 +225,8 @@ impl RunState<'_> {
             }
         }
         let detail = ctx.error.take();
-        let (refused, reserved_dynamic) = (ctx.refused.take(), ctx.reserved);
-        *acquires += ctx.acquired;
+        let (refused, reserved_dynamic) = (dynamic.refused.take(), dynamic.reserved);
+        *acquires += dynamic.acquired;
         let failure = match outcome {
             // A dynamic output the memory limit refused fails the node, whatever the kernel made
             // of the refusal.
@@ -283,6 +282,51 @@ impl RunState<'_> {
             self.add_live(dynamic);
         }
         Ok(())
+    }
+}
+
+/// The run's side of one kernel call's dynamic outputs: reserves their bytes under the memory
+/// limit and takes their blocks from the pool.
+struct NodeOutputs<'s, 'r> {
+    run: &'s RunState<'r>,
+    node: u32,
+    /// Bytes reserved under the limit so far (given back if the node fails).
+    reserved: u64,
+    /// An allocation the memory limit refused: the run fails with it whatever the kernel returns.
+    refused: Option<Error>,
+    /// Blocks taken from the pool.
+    acquired: u64,
+}
+
+impl DynamicOutputs for NodeOutputs<'_, '_> {
+    fn is_dynamic(&self, i: usize) -> bool {
+        let g = self.run.graph;
+        g.value_size(g.node_values(self.node).start + i as u32) == OutputSize::Dynamic
+    }
+
+    fn allocate(&mut self, i: usize, nbytes: usize) -> Result<*mut c_void> {
+        let (run, g) = (self.run, self.run.graph);
+        if run.has_gate() {
+            if let Err(e) = run.reserve_dynamic(self.node, nbytes as u64) {
+                self.refused = Some(e.clone());
+                return Err(e);
+            }
+            self.reserved += nbytes as u64;
+        }
+        let value = g.node_values(self.node).start + i as u32;
+        let until = g.release_tick(value).map_or(NEVER, u64::from);
+        // A reservation made above goes back with the node's others if this fails.
+        let block = run
+            .pool
+            .acquire_until(nbytes, g.zero_output(self.node), until, Owner::Run)
+            .map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!("dynamic output {i} of node '{}': {}", g.node_name(self.node), e.message()),
+                )
+            })?;
+        self.acquired += 1;
+        Ok(block.as_ptr().cast())
     }
 }
 

@@ -1,4 +1,4 @@
-//! Running a finalized graph: the kernel context, the run state shared by the threads of a run,
+//! Running a finalized graph: the run state shared by the threads of a run,
 //! the executor's workers, and the two drivers.
 //!
 //! Every value is acquired from the pool just before its producer runs (or by the kernel, if its
@@ -7,7 +7,6 @@
 //! the calling thread; with one, by priority on all its threads (see [`Executor`]).
 
 mod cache;
-mod ctx;
 mod executor;
 #[doc(hidden)]
 pub mod fault;
@@ -18,6 +17,6 @@ mod state;
 mod window;
 
 pub use crate::trace::NodeEvent;
-pub use ctx::KernelCtx;
+pub use crate::kernel::KernelCtx;
 pub use executor::Executor;
 pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats, INPUT_BINDING_TENSOR_OFFSET};

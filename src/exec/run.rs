@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ctx::Buffer;
+use crate::kernel::Buffer;
 use super::executor::Executor;
 use super::state::{release, RunState, Scratch, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};

@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::cache::{BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
-use super::ctx::Buffer;
+use crate::kernel::Buffer;
 use super::gate::{Gate, GateInner};
 use super::run::CancelToken;
 use super::run::InputBinding;

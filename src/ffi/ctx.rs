@@ -6,7 +6,7 @@ use super::gs_status::*;
 use super::handle::{out_arg, str_arg};
 use super::status::{guard, FfiError, FfiResult};
 use super::{gs_status, Tensor};
-use crate::exec::KernelCtx;
+use crate::kernel::KernelCtx;
 
 const CTX_TAG: u64 = 0x6773_6374_785f_6f6b; // "gsctx_ok"
 
@@ -214,7 +214,7 @@ pub unsafe extern "C" fn gs_ctx_node_name(c: *const gs_kernel_ctx) -> *const c_c
     guard(|| {
         // SAFETY: as above.
         let x = unsafe { ctx(c) }?;
-        name = x.graph().node_name_c(x.node()).as_ptr();
+        name = x.node_name_c().as_ptr();
         Ok(())
     });
     name

@@ -16,14 +16,13 @@ pub mod reach;
 pub use analysis::{Graph, GraphInfo};
 pub use builder::{GraphBuilder, NodeDesc};
 
-use crate::exec::KernelCtx;
-
 /// Estimated duration used for a node that has none, until estimates are learned.
 pub const DEFAULT_ESTIMATE_NS: u64 = 1_000;
 
 /// Most inputs, and most outputs, one node may have.
 pub const MAX_NODE_PORTS: usize = 65_535;
 
+pub use crate::kernel::Kernel;
 pub use crate::tensor::MAX_VALUE_BYTES;
 
 /// One output of one node. (C: `gs_value`).
@@ -55,7 +54,3 @@ impl OutputSize {
         }
     }
 }
-
-/// A kernel: reads the inputs and writes the outputs of its node through the context. An error
-/// string stops the run and is reported with the node's name.
-pub type Kernel = Box<dyn Fn(&mut KernelCtx<'_>) -> std::result::Result<(), String> + Send + Sync>;

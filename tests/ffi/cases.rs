@@ -263,6 +263,19 @@ pub(super) fn pools(s: &mut Spec) {
         "zeroed bytes from a NULL pool": gs_pool_acquire_zeroed(null_mut(), 64, &mut z) => GS_ERR_NULL_ARGUMENT, "'pool'";
         "a failed acquire leaves *out alone": z.is_null() => is true;
     }
+    let guarded = PoolConfig {
+        red_zones: 1,
+        ..Default::default()
+    };
+    spec! { s;
+        "a pool with red zones": gs_pool_new(&guarded, &mut other) => GS_OK, "";
+        "acquiring 100 bytes from it": gs_pool_acquire(other, 100, &mut p) => GS_OK, "";
+        "writing one byte past them": (p as *mut u8).add(100).write(0xAB) => returns (), "";
+        "releasing them reports the overrun":
+            gs_pool_release(other, p) => GS_ERR_BUFFER_OVERRUN, "red zone around the 100-byte block";
+        "the damaged block went back all the same": gs_pool_release(other, p) => GS_ERR_UNKNOWN_POINTER, "already released";
+        "the pool with red zones is freed": gs_pool_free(other) => returns (), "";
+    }
     finish(s, &[], pool);
 }
 

@@ -1,65 +1,104 @@
-//! What a kernel sees while it runs.
+//! The kernel's side of a run: the [`Kernel`] type a node carries and the [`KernelCtx`] it is
+//! called with. Below `graph` in the layers: a graph stores kernels without knowing how a run
+//! calls them, and a kernel sees its node's tensors and nothing of the run.
+//!
+//! A kernel reads its inputs and writes its outputs through the context. Statically sized outputs
+//! arrive allocated; a dynamic output is allocated by the kernel with its real size
+//! ([`KernelCtx::alloc_output`]), through the run ([`DynamicOutputs`]), which applies the memory
+//! limit and counts the block.
+//!
+//! ```
+//! use graphsched::{GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
+//! use std::sync::Arc;
+//!
+//! let mut b = GraphBuilder::new();
+//! let x = b.add_node(NodeDesc::new("x", "Iota", Box::new(|ctx| {
+//!     let out = ctx.output_bytes(0).unwrap();
+//!     out.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+//!     Ok(())
+//! })).output(4)).unwrap();
+//! let sum = b.add_node(NodeDesc::new("sum", "Sum", Box::new(|ctx| {
+//!     let total: u8 = ctx.input_bytes(0).unwrap().iter().sum();
+//!     ctx.alloc_output(0, 1).map_err(|e| e.to_string())?;
+//!     ctx.output_bytes(0).unwrap()[0] = total;
+//!     Ok(())
+//! })).input(ValueRef::new(x, 0)).dynamic_output()).unwrap();
+//! b.mark_output(ValueRef::new(sum, 0)).unwrap();
+//! let graph = Arc::new(b.finalize().unwrap());
+//! let r = graphsched::run(&graph, &Arc::new(Pool::default()), &RunOptions::default()).unwrap();
+//! assert_eq!(r.output_bytes(ValueRef::new(sum, 0)).unwrap(), &[6]);
+//! ```
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 
 use crate::error::{err, ErrorKind, Result};
-use crate::graph::{Graph, OutputSize};
-use crate::pool::{Owner, Pool};
 use crate::tensor::{Tensor, ALIGNMENT};
+
+/// A kernel: reads the inputs and writes the outputs of its node through the context. An error
+/// string stops the run and is reported with the node's name.
+pub type Kernel = Box<dyn Fn(&mut KernelCtx<'_>) -> std::result::Result<(), String> + Send + Sync>;
+
+/// How a kernel's dynamic outputs get memory: the run implements it for each kernel call.
+pub(crate) trait DynamicOutputs {
+    /// Whether output `i` of the node is dynamic (sized by the kernel).
+    fn is_dynamic(&self, i: usize) -> bool;
+    /// A block of `nbytes > 0` bytes for dynamic output `i`, counted against the run (memory
+    /// limit, statistics). An error's message names the node and the output.
+    fn allocate(&mut self, i: usize, nbytes: usize) -> Result<*mut c_void>;
+}
 
 /// The inputs, outputs and services of one node while its kernel runs.
 ///
 /// Inputs are read-only. A statically sized output arrives allocated; a dynamic one is allocated
 /// by [`alloc_output`](Self::alloc_output) with the real size. The kernel may set an output's
 /// dtype and shape, and may lower its `nbytes`, but not raise it or move `data`.
+///
+/// A context lives for one kernel call on one thread; it is neither `Send` nor `Sync`.
 pub struct KernelCtx<'a> {
-    pub(super) graph: &'a Graph,
-    pub(super) node: u32,
-    pub(super) pool: &'a Pool,
-    pub(super) inputs: &'a [Tensor],
-    pub(super) outputs: &'a mut [Tensor],
+    pub(crate) node: u32,
+    pub(crate) name: &'a CStr,
+    pub(crate) inputs: &'a [Tensor],
+    pub(crate) outputs: &'a mut [Tensor],
     /// What the run handed out for each output; the kernel cannot move these.
-    pub(super) buffers: &'a mut [Buffer],
-    pub(super) error: Option<String>,
+    pub(crate) buffers: &'a mut [Buffer],
+    pub(crate) error: Option<String>,
     /// The output that took over an input's buffer, if any.
-    pub(super) in_place: Option<usize>,
-    /// Under a memory limit: reserves bytes for a dynamic output, or refuses them with the
-    /// run's `MemoryLimit` error. `None`: no limit.
-    pub(super) reserve: Option<&'a (dyn Fn(u64) -> Result<()> + Sync)>,
-    /// Bytes of dynamic outputs reserved under the limit so far (given back if the node fails).
-    pub(super) reserved: u64,
-    /// A dynamic allocation the memory limit refused: the run fails with it whatever the kernel
-    /// returns.
-    pub(super) refused: Option<crate::error::Error>,
-    /// Blocks this node took from the pool itself (dynamic outputs).
-    pub(super) acquired: u64,
+    pub(crate) in_place: Option<usize>,
+    pub(crate) dynamic: &'a mut dyn DynamicOutputs,
 }
 
 impl KernelCtx<'_> {
+    /// The id of the node whose kernel runs.
     pub fn node(&self) -> u32 {
         self.node
     }
 
+    /// The node's name, as given to the builder.
     pub fn node_name(&self) -> &str {
-        self.graph.node_name(self.node)
+        self.name.to_str().expect("names are UTF-8")
     }
 
-    pub fn graph(&self) -> &Graph {
-        self.graph
+    /// The node's name as a C string, for the C API.
+    pub(crate) fn node_name_c(&self) -> &CStr {
+        self.name
     }
 
+    /// Number of inputs of the node, one per input slot.
     pub fn num_inputs(&self) -> usize {
         self.inputs.len()
     }
 
+    /// Number of outputs of the node.
     pub fn num_outputs(&self) -> usize {
         self.outputs.len()
     }
 
+    /// The descriptor of input `i` (read-only).
     pub fn input(&self, i: usize) -> Option<&Tensor> {
         self.inputs.get(i)
     }
 
+    /// The descriptor of output `i`: the kernel may set its dtype and shape and lower `nbytes`.
     pub fn output(&mut self, i: usize) -> Option<&mut Tensor> {
         self.outputs.get_mut(i)
     }
@@ -86,8 +125,7 @@ impl KernelCtx<'_> {
     /// Allocates dynamic output `i` with its real size (0 is allowed: an empty output), from the
     /// run's pool. Sets the descriptor's data and nbytes and keeps its dtype and shape.
     pub fn alloc_output(&mut self, i: usize, nbytes: usize) -> Result<&mut Tensor> {
-        let graph = self.graph;
-        let name = graph.node_name(self.node);
+        let name = self.node_name();
         if i >= self.outputs.len() {
             return err(
                 ErrorKind::InvalidArgument,
@@ -97,8 +135,7 @@ impl KernelCtx<'_> {
                 ),
             );
         }
-        let value = self.graph.node_values(self.node).start + i as u32;
-        if self.graph.value_size(value) != OutputSize::Dynamic {
+        if !self.dynamic.is_dynamic(i) {
             return err(
                 ErrorKind::InvalidArgument,
                 format!("output {i} of node '{name}' has a static size and is allocated already"),
@@ -111,28 +148,9 @@ impl KernelCtx<'_> {
             );
         }
         // An empty output gets a dangling, aligned pointer: nothing to allocate or give back.
-        let ptr = if nbytes == 0 {
-            ALIGNMENT as *mut c_void
-        } else {
-            if let Some(reserve) = self.reserve {
-                if let Err(e) = reserve(nbytes as u64) {
-                    self.refused = Some(e.clone());
-                    return Err(e);
-                }
-                self.reserved += nbytes as u64;
-            }
-            let until = self.graph.release_tick(value).map_or(crate::pool::NEVER, u64::from);
-            let block = self
-                .pool
-                .acquire_until(nbytes, self.graph.zero_output(self.node), until, Owner::Run)
-                .map_err(|e| {
-                    crate::error::Error::new(
-                        e.kind(),
-                        format!("dynamic output {i} of node '{name}': {}", e.message()),
-                    )
-                })?; // a reservation made above goes back with the node's others if it fails
-            self.acquired += 1;
-            block.as_ptr().cast()
+        let ptr = match nbytes {
+            0 => ALIGNMENT as *mut c_void,
+            _ => self.dynamic.allocate(i, nbytes)?,
         };
         self.buffers[i] = Buffer::new(ptr, nbytes);
         // Keep a dtype or shape the kernel set before allocating.
