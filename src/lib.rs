@@ -8,13 +8,13 @@
 //!
 //! Layers, data flowing down:
 //! - [`ffi`]: the C ABI (`include/graphsched.h`), a thin shell of checks and conversions;
-//! - [`graph`]: the builder, validation and analysis (order, levels, critical path, memory along
-//!   an order);
+//! - [`graph`]: the builder, validation and analysis (topological order, memory along an order);
+//! - [`kernel`]: the [`Kernel`] type and the [`KernelCtx`] a kernel sees;
 //! - [`plan`]: static memory plans, one arena offset per value;
-//! - [`sched`]: policy, which ready node goes first (slack, bands, learned estimates), and which
-//!   may start under a memory limit (admission, the banker's rule over a safe order);
-//! - [`exec`]: mechanism: the run state, the executor's work-stealing workers, the drivers, the
-//!   context kernels see;
+//! - [`sched`]: policy: which ready node goes first (levels, bands, the successor a thread keeps),
+//!   the learned estimates and critical path, and which node may start under a memory limit
+//!   (admission, the banker's rule over a safe order);
+//! - [`exec`]: mechanism: the run state, the executor's work-stealing workers, the drivers;
 //! - [`sim`]: the same policy on a virtual clock, for any thread count;
 //! - [`pool`]: aligned buffers with reuse; knows nothing about graphs;
 //! - [`trace`]: Chrome trace-event JSON of a run, Graphviz DOT of a graph.

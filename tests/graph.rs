@@ -31,8 +31,9 @@ fn diamond_levels_and_critical_path() {
     b.mark_output(v(d)).unwrap();
     let g = b.finalize().unwrap();
     assert_eq!(g.topological_order(), &[a, bb, c, d]);
-    assert_eq!([a, bb, c, d].map(|n| g.bottom_level(n)), [31, 21, 6, 1]);
-    assert_eq!([a, bb, c, d].map(|n| g.top_level(n)), [0, 10, 10, 30]);
+    let p = g.priorities();
+    assert_eq!([a, bb, c, d].map(|n| p.bottom_level[n as usize]), [31, 21, 6, 1]);
+    assert_eq!([a, bb, c, d].map(|n| p.top_level[n as usize]), [0, 10, 10, 30]);
     assert_eq!(g.critical_path(), &[a, bb, d]);
     let info = g.info();
     assert_eq!(
@@ -210,7 +211,9 @@ fn analysis_invariants_on_random_dags() {
         for (i, &node) in g.topological_order().iter().enumerate() {
             assert_eq!(pos[node as usize], usize::MAX, "node {node} ordered twice");
             pos[node as usize] = i;
+            assert_eq!(g.topological_positions()[node as usize], i as u32);
         }
+        let p = g.priorities();
         let w = |node: u32| {
             if g.is_graph_input(node) {
                 0
@@ -222,8 +225,8 @@ fn analysis_invariants_on_random_dags() {
             for &val in g.node_inputs(node) {
                 assert!(pos[g.value_producer(val) as usize] < pos[node as usize], "seed {seed}");
             }
-            let best_succ = g.successors(node).iter().map(|&s| g.bottom_level(s)).max().unwrap_or(0);
-            assert_eq!(g.bottom_level(node), w(node) + best_succ, "seed {seed} node {node}");
+            let best_succ = g.successors(node).iter().map(|&s| p.bottom_level[s as usize]).max().unwrap_or(0);
+            assert_eq!(p.bottom_level[node as usize], w(node) + best_succ, "seed {seed} node {node}");
         }
         let cp = g.critical_path();
         let sum: u64 = cp.iter().map(|&node| w(node)).sum();
@@ -235,4 +238,33 @@ fn analysis_invariants_on_random_dags() {
             );
         }
     }
+}
+
+/// The critical path the C API and `info` report is the one the scheduler follows: after runs
+/// have learned that an op type is slow, the path goes through it.
+#[test]
+fn the_reported_critical_path_follows_learned_estimates() {
+    use graphsched::{Pool, RunOptions};
+    use std::sync::Arc;
+    let mut b = GraphBuilder::new();
+    let slow = Box::new(|_: &mut graphsched::KernelCtx<'_>| {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        Ok(())
+    });
+    let s = b.add_node(NodeDesc::new("slow", "Sleep", slow).output(8)).unwrap();
+    let q1 = b.add_node(NodeDesc::new("q1", "Quick", noop()).output(8)).unwrap();
+    let q2 = b.add_node(NodeDesc::new("q2", "Quick", noop()).output(8).input(v(q1))).unwrap();
+    let join = b.add_node(NodeDesc::new("join", "Quick", noop()).output(8).input(v(s)).input(v(q2))).unwrap();
+    b.mark_output(v(join)).unwrap();
+    let g = Arc::new(b.finalize().unwrap());
+    // Nothing measured: every node weighs the default, and the longer chain is critical.
+    assert_eq!(g.critical_path(), vec![q1, q2, join]);
+    assert_eq!(g.info().critical_path_nodes, 3);
+    let pool = Arc::new(Pool::default());
+    graphsched::run(&g, &pool, &RunOptions::default()).unwrap();
+    assert!(g.learned_op_ns(g.op_index(s)) >= 3_000_000);
+    assert_eq!(g.critical_path(), vec![s, join]);
+    let info = g.info();
+    assert_eq!(info.critical_path_nodes, 2);
+    assert_eq!(info.critical_path_ns, g.expected_ns(s) + g.expected_ns(join));
 }

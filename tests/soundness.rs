@@ -539,6 +539,6 @@ fn a_parallel_safe_plan_takes_a_graph_whose_inputs_name_later_nodes() {
     plan.verify().unwrap();
     assert_eq!(
         graph.priorities().makespan_bound(2).critical_path_ns,
-        2 * graphsched::graph::DEFAULT_ESTIMATE_NS
+        2 * graphsched::sched::DEFAULT_ESTIMATE_NS
     );
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::cache::CACHE_MAX_BYTES;
-use super::state::{lock, panic_text, RunState, Scratch, Slot, SAMPLE_EVERY};
+use super::state::{lock, panic_text, RunState, Scratch, Slot};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::kernel::{Buffer, DynamicOutputs, KernelCtx};
@@ -202,7 +202,7 @@ impl RunState<'_> {
             dynamic: &mut dynamic,
         };
         *executed += 1;
-        let sample = self.learn && (*executed % SAMPLE_EVERY == 0 || g.learned_op_ns(g.op_index(node)) == 0);
+        let sample = self.learn && g.should_sample(node, *executed);
         let start = (sample || self.trace.is_some()).then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         if let Some(start) = start {

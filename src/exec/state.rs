@@ -86,10 +86,6 @@ pub(super) struct Tracer {
     pub(super) events: Mutex<Vec<NodeEvent>>,
 }
 
-/// One node in this many has its kernel timed for the learned estimates (and every node of an
-/// op type not measured yet): reading the clock costs about as much as an empty kernel.
-pub(super) const SAMPLE_EVERY: u64 = 8;
-
 /// How a run is set up.
 pub(super) struct StateOptions<'r> {
     /// Most live bytes; 0: no limit.
@@ -283,14 +279,13 @@ impl<'r> RunState<'r> {
 
     /// The queue band of a node: its priority band under the policy, or 0 for FIFO.
     pub fn band(&self, node: u32) -> usize {
-        self.prio.bands(self.policy).map_or(0, |b| b[node as usize] as usize)
+        self.prio.band(self.policy, node)
     }
 
-    /// Which of the nodes `node` just made ready (most critical first) its thread should run
-    /// next without queueing: the first, if it is at least as critical as `node`.
+    /// Which of the nodes `node` just made ready its thread runs next (see
+    /// [`Priorities::continuation`]).
     pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
-        let &first = ready.first()?;
-        (self.policy != Policy::Fifo && self.band(first) <= self.band(node)).then_some(first)
+        self.prio.continuation(self.policy, node, ready)
     }
 
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.

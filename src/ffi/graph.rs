@@ -319,7 +319,7 @@ pub unsafe extern "C" fn gs_graph_critical_path(
         // SAFETY: the handle is not freed concurrently (C contract).
         let g = unsafe { handle_ref(graph, "graph") }?;
         // SAFETY: `nodes` and `len` as the caller's contract states.
-        unsafe { copy_ids(g.compiled()?.critical_path(), nodes, capacity, len) }
+        unsafe { copy_ids(&g.compiled()?.critical_path(), nodes, capacity, len) }
     })
 }
 

@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 
-use super::analysis::{self, Graph};
+use super::compile::compile;
+use super::compiled::Graph;
 use super::{Kernel, OutputSize, ValueRef, MAX_NODE_PORTS, MAX_VALUE_BYTES};
 use crate::error::{err, ErrorKind, Result};
 
@@ -231,7 +232,7 @@ impl GraphBuilder {
     /// [`ErrorKind::Finalized`]. On failure nothing changes, so the caller may add what was missing.
     pub fn finalize(&mut self) -> Result<Graph> {
         self.check_open()?;
-        let graph = analysis::compile(self)?;
+        let graph = compile(self)?;
         self.finalized = true;
         Ok(graph)
     }

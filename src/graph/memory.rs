@@ -133,10 +133,7 @@ pub fn memory_aware_order(graph: &Graph) -> Vec<u32> {
     let mut readers_left: Vec<u32> = (0..graph.value_count() as u32).map(|v| graph.consumers(v)).collect();
     let mut ready: Vec<u32> = (0..n as u32).filter(|&v| pending[v as usize] == 0).collect();
     let mut order = Vec::with_capacity(n);
-    let mut topo_pos = vec![0u32; n];
-    for (i, &v) in graph.topological_order().iter().enumerate() {
-        topo_pos[v as usize] = i as u32;
-    }
+    let topo_pos = graph.topological_positions();
     while !ready.is_empty() {
         let score = |v: u32| -> (i64, u32) {
             let allocates: i64 = graph.node_values(v).map(|val| value_bytes(graph, val) as i64).sum();

@@ -7,17 +7,15 @@
 //! order nodes are added, starting at 0, and inputs may name nodes that are added later, so a
 //! builder can describe any graph, cycles included; `finalize` rejects what is not a DAG.
 
-mod analysis;
 mod builder;
+mod compile;
+mod compiled;
 pub mod memory;
 mod order;
 pub mod reach;
 
-pub use analysis::{Graph, GraphInfo};
+pub use compiled::{Graph, GraphInfo};
 pub use builder::{GraphBuilder, NodeDesc};
-
-/// Estimated duration used for a node that has none, until estimates are learned.
-pub const DEFAULT_ESTIMATE_NS: u64 = 1_000;
 
 /// Most inputs, and most outputs, one node may have.
 pub const MAX_NODE_PORTS: usize = 65_535;

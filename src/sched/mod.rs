@@ -16,8 +16,10 @@ use crate::graph::Graph;
 
 mod admission;
 mod bound;
+mod estimates;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
+pub use estimates::{DEFAULT_ESTIMATE_NS, SAMPLE_EVERY};
 
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
@@ -45,6 +47,8 @@ pub struct Priorities {
     pub top_level: Vec<u64>,
     pub slack: Vec<u64>,
     pub critical_path_ns: u64,
+    /// Operator nodes of one longest path, in execution order.
+    pub critical_path: Vec<u32>,
     pub total_work_ns: u64,
     /// Position of each node in priority order (critical path first): lower runs first.
     pub rank: Vec<u32>,
@@ -99,10 +103,7 @@ impl Priorities {
         let slack: Vec<u64> = (0..n)
             .map(|v| critical_path_ns.saturating_sub(top_level[v] + bottom_level[v]))
             .collect();
-        let mut position = vec![0u32; n];
-        for (i, &v) in topo.iter().enumerate() {
-            position[v as usize] = i as u32;
-        }
+        let position = g.topological_positions();
         // Each node's position when sorted by `key`, ties to the shorter, then the earlier node.
         let ranks = |key: &dyn Fn(usize) -> u64| {
             let mut order: Vec<u32> = (0..n as u32).collect();
@@ -151,7 +152,9 @@ impl Priorities {
                     .sum()
             })
             .collect();
+        let critical_path = critical_path(g, &weight, &top_level, &bottom_level, critical_path_ns);
         Priorities {
+            critical_path,
             output_bytes,
             work_around: std::sync::OnceLock::new(),
             total_work_ns: weight.iter().copied().fold(0, u64::saturating_add),
@@ -191,6 +194,20 @@ impl Priorities {
         }
     }
 
+    /// A node's queue band under `policy` (0 for every node under FIFO: one band).
+    pub fn band(&self, policy: Policy, node: u32) -> usize {
+        self.bands(policy).map_or(0, |b| b[node as usize] as usize)
+    }
+
+    /// Which of the nodes that `node` just made ready (most urgent first, as
+    /// [`successors_in`](Self::successors_in) lists them) the thread that ran `node` should run
+    /// next without queueing it: the first, if it is in `node`'s band or a more urgent one. The
+    /// rest are queued for any thread. FIFO keeps none: it runs in readiness order.
+    pub fn continuation(&self, policy: Policy, node: u32, ready: &[u32]) -> Option<u32> {
+        let &first = ready.first()?;
+        (policy != Policy::Fifo && self.band(policy, first) <= self.band(policy, node)).then_some(first)
+    }
+
     /// What no schedule on `threads` threads can beat, under these estimates, and which term
     /// binds (see [`MakespanBound`]).
     pub fn makespan_bound(&self, threads: usize) -> MakespanBound {
@@ -207,7 +224,6 @@ impl Priorities {
         )
     }
 
-    /// Consumers of `node`, one per input slot, most critical first.
     /// Consumers of `node`, one per input slot, most urgent first under `policy`.
     pub fn successors_in(&self, policy: Policy, node: u32) -> &[u32] {
         let range = self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize;
@@ -228,6 +244,25 @@ impl Priorities {
             new.abs_diff(old) * 5 > old.max(1)
         })
     }
+}
+
+/// One longest path: from the first source on one, each step to the first successor that stays
+/// on it; graph inputs left out.
+fn critical_path(g: &Graph, weight: &[u64], top: &[u64], bottom: &[u64], length: u64) -> Vec<u32> {
+    let mut path = Vec::new();
+    let on_path = |v: usize, top_v: u64| top_v.saturating_add(bottom[v]) == length;
+    let mut next = (0..g.node_count()).find(|&v| top[v] == 0 && on_path(v, 0));
+    while let Some(v) = next {
+        path.push(v as u32);
+        let want = top[v].saturating_add(weight[v]);
+        next = g
+            .successors(v as u32)
+            .iter()
+            .map(|&s| s as usize)
+            .find(|&s| top[s] == want && on_path(s, want));
+    }
+    path.retain(|&v| !g.is_graph_input(v));
+    path
 }
 
 /// Band 0 for no slack; otherwise one band per halving of slack relative to the critical path.

@@ -12,27 +12,21 @@ pub(super) const FITS_ANY: u64 = u64::MAX - 1;
 /// Ready nodes in policy order. Each node gets a slot when it becomes ready (its rank, or the
 /// next readiness sequence number under FIFO, ties in topological order); a min-tree over the
 /// slots holds the bytes each node's outputs need, [`EMPTY`] for free slots.
-pub(super) struct ReadySet {
+pub(super) struct ReadySet<'g> {
     /// Implicit binary tree: leaves at `leaves..2 * leaves`, each inner entry the min of its two.
     tree: Vec<u64>,
     leaves: usize,
     node_at: Vec<u32>,
     /// FIFO only: topological position per node; `None` orders by rank.
-    position: Option<Vec<u32>>,
+    position: Option<&'g [u32]>,
     next_seq: u32,
 }
 
-impl ReadySet {
-    pub(super) fn new(graph: &Graph, prio: &Priorities, policy: Policy) -> Self {
+impl<'g> ReadySet<'g> {
+    pub(super) fn new(graph: &'g Graph, prio: &Priorities, policy: Policy) -> Self {
         let n = graph.node_count();
         let leaves = n.next_power_of_two().max(1);
-        let position = (policy == Policy::Fifo).then(|| {
-            let mut position = vec![0u32; n];
-            for (i, &v) in graph.topological_order().iter().enumerate() {
-                position[v as usize] = i as u32;
-            }
-            position
-        });
+        let position = (policy == Policy::Fifo).then(|| graph.topological_positions());
         debug_assert_eq!(prio.rank.len(), n);
         ReadySet {
             tree: vec![EMPTY; 2 * leaves],
@@ -45,7 +39,7 @@ impl ReadySet {
 
     /// Makes the nodes of `batch`, which became ready at the same instant, ready; empties it.
     pub(super) fn add(&mut self, batch: &mut Vec<u32>, rank: &[u32], need: impl Fn(u32) -> u64) {
-        if let Some(position) = &self.position {
+        if let Some(position) = self.position {
             batch.sort_unstable_by_key(|&v| position[v as usize]);
         }
         for &node in batch.iter() {

@@ -1,0 +1,278 @@
+//! The compiled graph: what `finalize` produces and every run, plan and simulation reads. Node
+//! and value tables in CSR form (inputs, outputs and successors of node `i` are slices of flat
+//! arrays), the topological order, and when each value goes back to the pool along it.
+//! Immutable once built, except for the scheduler's slot (see [`Graph::scheduling`]).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::ops::Range;
+use std::sync::atomic::AtomicU64;
+use std::sync::OnceLock;
+
+use super::{Kernel, OutputSize, ValueRef};
+
+/// Figures about a finalized graph. (C: `gs_graph_info`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphInfo {
+    /// Nodes, graph inputs included.
+    pub num_nodes: u64,
+    pub num_inputs: u64,
+    pub num_outputs: u64,
+    pub num_values: u64,
+    /// Input slots over all nodes (a node that reads a value twice counts two edges).
+    pub num_edges: u64,
+    /// Operator nodes on the critical path.
+    pub critical_path_nodes: u64,
+    /// Longest estimated path through the graph.
+    pub critical_path_ns: u64,
+    /// Sum of all nodes' estimated durations.
+    pub total_work_ns: u64,
+    /// Sum of all statically sized values.
+    pub static_bytes: u64,
+    /// Largest inputs + outputs of one node: no order or placement can need less memory.
+    pub node_lower_bound_bytes: u64,
+}
+
+/// Numbers graphs in the order they are finalized, for messages that must tell two apart.
+/// Relaxed: the read-modify-write alone makes every number unique.
+pub(super) static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A validated, analysed, immutable graph. Runs share it; it is `Send + Sync`.
+pub struct Graph {
+    /// Unique in the process: graph #1 is the first one finalized.
+    pub(super) id: u64,
+    pub(super) names: Vec<CString>,
+    pub(super) by_name: HashMap<String, u32>,
+    pub(super) op_types: Vec<CString>,
+    pub(super) op_of: Vec<u32>,
+    pub(super) kernels: Vec<Option<Kernel>>,
+    pub(super) estimate_ns: Vec<Option<u64>>,
+    pub(super) zero_output: Vec<bool>,
+    pub(super) in_place: Vec<u32>,
+    pub(super) input_start: Vec<u32>,
+    /// Value index read by each input slot.
+    pub(super) input_values: Vec<u32>,
+    pub(super) value_start: Vec<u32>,
+    pub(super) value_sizes: Vec<OutputSize>,
+    pub(super) value_node: Vec<u32>,
+    /// Input slots that read each value: its refcount at the start of a run, before outputs.
+    pub(super) consumers: Vec<u32>,
+    pub(super) is_output: Vec<bool>,
+    pub(super) graph_outputs: Vec<u32>,
+    pub(super) graph_inputs: Vec<u32>,
+    /// Consumers of node `i`, one entry per input slot: `succ[succ_start[i]..succ_start[i + 1]]`.
+    pub(super) succ_start: Vec<u32>,
+    pub(super) succ: Vec<u32>,
+    pub(super) topo: Vec<u32>,
+    /// Per value: position in `topo` of the node after which it is released; `u32::MAX` for
+    /// graph outputs, which the caller releases.
+    pub(super) release_tick: Vec<u32>,
+    /// Position of each node in `topo`.
+    pub(super) topo_position: Vec<u32>,
+    /// The structural figures of [`GraphInfo`]; the scheduler adds the timing ones.
+    pub(super) structure: GraphInfo,
+    /// What the scheduler keeps per graph (learned durations, cached priorities), created on
+    /// first use. Stored without its type so that `graph` depends on nothing above it; only
+    /// `sched` puts anything here (see [`scheduling`](Graph::scheduling)).
+    pub(super) scheduling: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// The topological order with the lowest max-live bound found, computed on first use.
+    pub(super) lowest_live_order: OnceLock<super::memory::LiveOrder>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("info", &self.structure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Graph {
+    /// The graph's number, unique in the process (1 for the first graph finalized).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// "graph #3 (12 nodes, first 'conv1')": enough to tell two graphs apart in a message.
+    pub fn describe(&self) -> String {
+        let first = (0..self.node_count() as u32)
+            .find(|&n| !self.is_graph_input(n))
+            .or(Some(0));
+        match first.filter(|_| self.node_count() > 0) {
+            Some(n) => format!(
+                "graph #{} ({} nodes, first operator '{}')",
+                self.id,
+                self.node_count(),
+                self.node_name(n)
+            ),
+            None => format!("graph #{} (empty)", self.id),
+        }
+    }
+
+    /// The topological order with the lowest max-live bound found (the graph's own order or a
+    /// memory-aware one, see [`LiveOrder::lowest`](super::memory::LiveOrder::lowest)), with its
+    /// live bytes per step. Computed on first use.
+    pub fn lowest_live_order(&self) -> &super::memory::LiveOrder {
+        self.lowest_live_order
+            .get_or_init(|| super::memory::LiveOrder::lowest(self))
+    }
+
+    /// The structural figures of [`GraphInfo`] (counts and bytes); the timing ones are zero.
+    /// [`Graph::info`] fills them from the scheduler's current estimates.
+    pub fn structure(&self) -> GraphInfo {
+        self.structure
+    }
+
+    /// The scheduler's per-graph state, created by `init` on first use.
+    ///
+    /// # Panics
+    /// If a different type was stored first: only `sched` stores anything, always one type.
+    pub(crate) fn scheduling<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> &T {
+        self.scheduling
+            .get_or_init(|| Box::new(init()))
+            .downcast_ref()
+            .expect("one scheduling state type per graph")
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn value_count(&self) -> usize {
+        self.value_sizes.len()
+    }
+
+    pub fn node_name(&self, node: u32) -> &str {
+        self.names[node as usize].to_str().expect("names are UTF-8")
+    }
+
+    pub fn node_name_c(&self, node: u32) -> &CStr {
+        &self.names[node as usize]
+    }
+
+    /// Op type of a node; empty for graph inputs.
+    pub fn op_type(&self, node: u32) -> &str {
+        match self.op_of[node as usize] {
+            u32::MAX => "",
+            op => self.op_types[op as usize].to_str().expect("op types are UTF-8"),
+        }
+    }
+
+    /// `'name' (op Conv)` for messages; just `'name'` when the op type is empty.
+    pub fn node_label(&self, node: u32) -> String {
+        match self.op_type(node) {
+            "" => format!("'{}'", self.node_name(node)),
+            op => format!("'{}' (op {op})", self.node_name(node)),
+        }
+    }
+
+    pub fn find_node(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn is_graph_input(&self, node: u32) -> bool {
+        self.kernels[node as usize].is_none()
+    }
+
+    pub(crate) fn kernel(&self, node: u32) -> Option<&Kernel> {
+        self.kernels[node as usize].as_ref()
+    }
+
+    pub fn zero_output(&self, node: u32) -> bool {
+        self.zero_output[node as usize]
+    }
+
+    /// The node's in-place pair `(output index, input slot)`, if it declared one.
+    pub fn in_place(&self, node: u32) -> Option<(u32, u32)> {
+        match self.in_place[node as usize] {
+            u32::MAX => None,
+            packed => Some((packed >> 16, packed & 0xffff)),
+        }
+    }
+
+    /// The estimate the caller gave, if any.
+    pub fn estimate_ns(&self, node: u32) -> Option<u64> {
+        self.estimate_ns[node as usize]
+    }
+
+    /// Number of distinct op types.
+    pub fn op_type_count(&self) -> usize {
+        self.op_types.len()
+    }
+
+    /// Index of a node's op type (`u32::MAX` for graph inputs).
+    pub fn op_index(&self, node: u32) -> u32 {
+        self.op_of[node as usize]
+    }
+
+    /// Value indices a node reads, one per input slot.
+    pub fn node_inputs(&self, node: u32) -> &[u32] {
+        &self.input_values[self.input_start[node as usize] as usize..self.input_start[node as usize + 1] as usize]
+    }
+
+    /// Value indices a node produces.
+    pub fn node_values(&self, node: u32) -> Range<u32> {
+        self.value_start[node as usize]..self.value_start[node as usize + 1]
+    }
+
+    /// Nodes that read a node's outputs, one entry per input slot.
+    pub fn successors(&self, node: u32) -> &[u32] {
+        &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
+    }
+
+    pub fn value_size(&self, value: u32) -> OutputSize {
+        self.value_sizes[value as usize]
+    }
+
+    pub fn value_producer(&self, value: u32) -> u32 {
+        self.value_node[value as usize]
+    }
+
+    pub fn value_ref(&self, value: u32) -> ValueRef {
+        let node = self.value_node[value as usize];
+        ValueRef::new(node, value - self.value_start[node as usize])
+    }
+
+    /// Index of a value, if it exists.
+    pub fn value_index(&self, v: ValueRef) -> Option<u32> {
+        let range = self.node_values(v.node).clone();
+        (v.output < range.end - range.start).then_some(range.start + v.output)
+    }
+
+    /// Input slots reading a value (its refcount before any graph-output hold).
+    pub fn consumers(&self, value: u32) -> u32 {
+        self.consumers[value as usize]
+    }
+
+    pub fn is_graph_output(&self, value: u32) -> bool {
+        self.is_output[value as usize]
+    }
+
+    /// Graph output value indices, in the order they were first marked.
+    pub fn graph_outputs(&self) -> &[u32] {
+        &self.graph_outputs
+    }
+
+    /// Node ids of the graph inputs, in id order.
+    pub fn graph_inputs(&self) -> &[u32] {
+        &self.graph_inputs
+    }
+
+    /// Every node once, each after the producers of all its inputs.
+    pub fn topological_order(&self) -> &[u32] {
+        &self.topo
+    }
+
+    /// When a run releases a value: the position, in the topological order, of the node after
+    /// which it goes back to the pool; `None` for graph outputs, which outlive the run.
+    pub fn release_tick(&self, value: u32) -> Option<u32> {
+        Some(self.release_tick[value as usize]).filter(|&t| t != u32::MAX)
+    }
+
+    /// Position of each node in [`topological_order`](Self::topological_order), by node id.
+    pub fn topological_positions(&self) -> &[u32] {
+        &self.topo_position
+    }
+}
