@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use graphsched::plan::{Mode, Order, Plan};
 use graphsched::{run, Pool, RunOptions};
-use graphsched_workloads::graph_file::InputBuffers;
-use graphsched_workloads::{bundled_graphs, seed_pipeline, GraphFile, Ledger};
+use graphsched_workloads::{bundled_graphs, seed_pipeline, GraphFile, Measured, Pace};
 
 fn median(mut xs: Vec<u64>) -> u64 {
     xs.sort_unstable();
@@ -64,13 +63,9 @@ fn main() {
         "graph", "pool us", "plan us", "ratio", "pool acq/run", "plan acq/run"
     );
     for file in files.iter().take(4) {
-        let ledger = Ledger::new(&file.value_counts());
-        let loaded = file
-            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-            .unwrap();
+        let loaded = Measured::build(file, Pace::Touch, Some(1)).unwrap();
         let g = &loaded.graph;
-        let inputs = InputBuffers::new(&loaded.inputs, 1);
-        let bindings = inputs.bindings();
+        let bindings = loaded.bindings();
         let plan = Plan::new(g, Mode::Sequential(Order::Topological)).unwrap();
         let measure = |plan: Option<&Plan>| {
             let pool = Arc::new(Pool::default());

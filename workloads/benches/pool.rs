@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use graphsched::{run, Pool, RunOptions};
-use graphsched_workloads::graph_file::InputBuffers;
-use graphsched_workloads::{bundled_graphs, GraphFile, Ledger};
+use graphsched_workloads::{bundled_graphs, GraphFile, Measured, Pace};
 
 fn minor_faults() -> i64 {
     // SAFETY: getrusage writes into the zeroed struct we pass.
@@ -150,12 +149,8 @@ fn main() {
     );
     for path in bundled_graphs() {
         let file = GraphFile::load(&path).unwrap();
-        let ledger = Ledger::new(&file.value_counts());
-        let loaded = file
-            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-            .unwrap();
-        let inputs = InputBuffers::new(&loaded.inputs, 1);
-        let bindings = inputs.bindings();
+        let loaded = Measured::build(&file, Pace::Touch, Some(1)).unwrap();
+        let bindings = loaded.bindings();
         let pool = Arc::new(Pool::default());
         let r1 = run(
             &loaded.graph,

@@ -7,12 +7,10 @@
 //! estimates).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use graphsched::sim::{simulate, SimOptions};
 use graphsched::{run, Executor, Policy, Pool, RunOptions};
-use graphsched_workloads::graph_file::InputBuffers;
-use graphsched_workloads::{checksum, seed_pipeline, Ledger};
+use graphsched_workloads::{seed_pipeline, Measured, Pace};
 
 fn arg(name: &str, default: f64) -> f64 {
     let args: Vec<String> = std::env::args().collect();
@@ -36,16 +34,9 @@ fn main() {
     let scale = arg("--scale", 1.0);
     let runs = arg("--runs", 3.0) as usize;
     let file = seed_pipeline(1, scale);
-    let ledger = Ledger::new(&file.value_counts());
-    let loaded = file
-        .build(&mut |site| ledger.kernel(site.inputs.to_vec(), Some(Duration::from_nanos(site.estimate_ns))))
-        .unwrap();
-    let graph = &loaded.graph;
-    let inputs = InputBuffers::new(&loaded.inputs, 1);
-    for (v, bytes) in inputs.bytes() {
-        ledger.record(v, checksum(bytes));
-    }
-    let bindings = inputs.bindings();
+    let measured = Measured::build(&file, Pace::Estimate, Some(1)).unwrap();
+    let graph = &measured.graph;
+    let bindings = measured.bindings();
     let info = graph.info();
     let threads = 2;
     // The tight bound (graphsched::sched::MakespanBound), not max(critical path, work / threads).

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use graphsched::{Graph, Kernel, KernelCtx, ValueRef};
+use graphsched::{Kernel, KernelCtx, ValueRef};
 
 /// A fast checksum over words; never 0, so 0 can mean "not recorded".
 pub fn checksum(bytes: &[u8]) -> u64 {
@@ -60,14 +60,6 @@ impl Ledger {
             sums: (0..total).map(|_| AtomicU64::new(0)).collect(),
             base,
         })
-    }
-
-    /// A ledger sized for `graph`.
-    pub fn for_graph(graph: &Graph) -> Arc<Self> {
-        let counts: Vec<u32> = (0..graph.node_count() as u32)
-            .map(|n| graph.node_values(n).len() as u32)
-            .collect();
-        Self::new(&counts)
     }
 
     fn slot(&self, v: ValueRef) -> &AtomicU64 {

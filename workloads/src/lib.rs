@@ -5,11 +5,13 @@
 
 pub mod graph_file;
 pub mod kernels;
+pub mod measured;
 pub mod naive;
 pub mod seed;
 
 pub use graph_file::{GraphFile, LoadedGraph};
 pub use kernels::{checksum, Ledger};
+pub use measured::{Measured, Pace};
 pub use seed::seed_pipeline;
 
 use std::path::PathBuf;

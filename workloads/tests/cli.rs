@@ -326,20 +326,12 @@ fn bad_input_fails_with_one_clear_message() {
 #[test]
 fn naive_writes_the_same_bytes_as_the_measuring_kernels() {
     use graphsched::{run, Pool, RunOptions, ValueRef};
-    use graphsched_workloads::graph_file::InputBuffers;
-    use graphsched_workloads::{checksum, naive::run_naive, seed_pipeline, Ledger};
+    use graphsched_workloads::{naive::run_naive, seed_pipeline, Measured, Pace};
     use std::sync::Arc;
 
     let file = seed_pipeline(5, 0.001);
-    let ledger = Ledger::new(&file.value_counts());
-    let loaded = file
-        .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-        .unwrap();
-    let graph = &loaded.graph;
-    let inputs = InputBuffers::new(&loaded.inputs, 1);
-    for (v, bytes) in inputs.bytes() {
-        ledger.record(v, checksum(bytes));
-    }
+    let Measured { ledger, graph, inputs } = Measured::build(&file, Pace::Touch, Some(1)).unwrap();
+    let graph = &graph;
     let values: Vec<ValueRef> = (0..graph.node_count() as u32)
         .filter(|&n| !graph.is_graph_input(n))
         .flat_map(|n| (0..graph.node_values(n).len() as u32).map(move |k| ValueRef::new(n, k)))

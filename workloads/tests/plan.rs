@@ -56,24 +56,16 @@ fn plans_verify_and_sequential_plans_reach_the_bound() {
 #[test]
 fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
     use graphsched::{run, Executor, Pool, RunOptions};
-    use graphsched_workloads::graph_file::InputBuffers;
-    use graphsched_workloads::{checksum, Ledger};
+    use graphsched_workloads::{checksum, Measured, Pace};
     use std::sync::Arc;
 
     let executor = Executor::new(2).unwrap();
     let mut files: Vec<GraphFile> = bundled_graphs().iter().map(|p| GraphFile::load(p).unwrap()).collect();
     files.push(seed_pipeline(2, 0.002));
     for file in files {
-        let ledger = Ledger::new(&file.value_counts());
-        let loaded = file
-            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-            .unwrap();
+        let loaded = Measured::build(&file, Pace::Touch, Some(5)).unwrap();
         let g = &loaded.graph;
-        let inputs = InputBuffers::new(&loaded.inputs, 5);
-        for (v, bytes) in inputs.bytes() {
-            ledger.record(v, checksum(bytes));
-        }
-        let bindings = inputs.bindings();
+        let bindings = loaded.bindings();
         let sequential = Plan::new(g, Mode::Sequential(Order::MemoryAware)).unwrap();
         let parallel = Plan::new(g, Mode::ParallelSafe).unwrap();
         let cases = [(&sequential, None), (&parallel, Some(&executor)), (&parallel, None)];
@@ -105,7 +97,7 @@ fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
                 }
                 for &out in g.graph_outputs() {
                     let v = g.value_ref(out);
-                    assert_eq!(Some(checksum(result.output_bytes(v).unwrap())), ledger.get(v));
+                    assert_eq!(Some(checksum(result.output_bytes(v).unwrap())), loaded.ledger.get(v));
                 }
             }
             assert_eq!(pool.stats().live_bytes, 0);
@@ -126,8 +118,7 @@ fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
 #[test]
 fn in_place_plans_verify_shrink_and_keep_checksums() {
     use graphsched::{run, Executor, Pool, RunOptions};
-    use graphsched_workloads::graph_file::InputBuffers;
-    use graphsched_workloads::{checksum, Ledger};
+    use graphsched_workloads::{checksum, Measured, Pace};
     use std::sync::Arc;
 
     let executor = Executor::new(2).unwrap();
@@ -139,21 +130,14 @@ fn in_place_plans_verify_shrink_and_keep_checksums() {
             "{}: some node is elementwise",
             file.name
         );
-        let ledger = Ledger::new(&file.value_counts());
-        let loaded = file
-            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-            .unwrap();
+        let loaded = Measured::build(&file, Pace::Touch, Some(9)).unwrap();
         let g = &loaded.graph;
         let before = Plan::new(
             &plain.build(&mut |_| Box::new(|_| Ok(()))).unwrap().graph,
             Mode::ParallelSafe,
         )
         .unwrap();
-        let inputs = InputBuffers::new(&loaded.inputs, 9);
-        for (v, bytes) in inputs.bytes() {
-            ledger.record(v, checksum(bytes));
-        }
-        let bindings = inputs.bindings();
+        let bindings = loaded.bindings();
         for mode in [Mode::Sequential(Order::Topological), Mode::ParallelSafe] {
             let plan = Plan::new(g, mode).unwrap();
             plan.verify().unwrap();
@@ -178,7 +162,7 @@ fn in_place_plans_verify_shrink_and_keep_checksums() {
                 let v = g.value_ref(out);
                 assert_eq!(
                     Some(checksum(result.output_bytes(v).unwrap())),
-                    ledger.get(v),
+                    loaded.ledger.get(v),
                     "{}",
                     file.name
                 );
@@ -196,7 +180,7 @@ fn in_place_plans_verify_shrink_and_keep_checksums() {
             let v = g.value_ref(out);
             assert_eq!(
                 Some(checksum(result.output_bytes(v).unwrap())),
-                ledger.get(v),
+                loaded.ledger.get(v),
                 "{}",
                 file.name
             );

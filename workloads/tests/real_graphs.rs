@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use graphsched::{run, Pool, RunOptions};
-use graphsched_workloads::graph_file::InputBuffers;
-use graphsched_workloads::{bundled_graphs, checksum, GraphFile, Ledger};
+use graphsched_workloads::{bundled_graphs, checksum, GraphFile, Measured, Pace};
 
 /// The lower bounds published with the graphs (workloads/graphs/README.md).
 const PUBLISHED_MAX_LIVE: [(&str, u64); 4] = [
@@ -28,10 +27,7 @@ fn lower_bounds_match_the_published_figures() {
 fn repeat_runs_reuse_everything_and_stay_near_the_lower_bound() {
     for path in bundled_graphs() {
         let file = GraphFile::load(&path).unwrap();
-        let ledger = Ledger::new(&file.value_counts());
-        let loaded = file
-            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-            .unwrap();
+        let loaded = Measured::build(&file, Pace::Touch, Some(7)).unwrap();
         let graph = &loaded.graph;
         let order: Vec<u32> = (0..graph.node_count() as u32).collect();
         assert_eq!(
@@ -41,11 +37,7 @@ fn repeat_runs_reuse_everything_and_stay_near_the_lower_bound() {
             file.name
         );
 
-        let inputs = InputBuffers::new(&loaded.inputs, 7);
-        for (v, bytes) in inputs.bytes() {
-            ledger.record(v, checksum(bytes));
-        }
-        let bindings = inputs.bindings();
+        let bindings = loaded.bindings();
         let pool = Arc::new(Pool::default());
         let mut first_outputs = Vec::new();
         for round in 0..3 {

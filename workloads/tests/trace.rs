@@ -5,18 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use graphsched::{run, trace, Executor, Pool, RunOptions};
-use graphsched_workloads::graph_file::InputBuffers;
-use graphsched_workloads::{seed_pipeline, Ledger};
+use graphsched_workloads::{seed_pipeline, Measured, Pace};
 
 #[test]
 fn chrome_trace_has_every_node_once_and_no_overlaps() {
     let file = seed_pipeline(3, 0.0005);
-    let ledger = Ledger::new(&file.value_counts());
-    let loaded = file
-        .build(&mut |site| ledger.kernel(site.inputs.to_vec(), None))
-        .unwrap();
-    let inputs = InputBuffers::new(&loaded.inputs, 1);
-    let bindings = inputs.bindings();
+    let loaded = Measured::build(&file, Pace::Touch, Some(1)).unwrap();
+    let bindings = loaded.bindings();
     let executor = Executor::new(2).unwrap();
     let pool = Arc::new(Pool::default());
     let options = RunOptions {

@@ -1,7 +1,9 @@
 //! The command line: subcommands and their options.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use graphsched::Policy;
 
 #[derive(Parser)]
 #[command(

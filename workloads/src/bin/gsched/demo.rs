@@ -1,7 +1,17 @@
 //! `gsched demo`: the seed pipeline six ways against the bounds.
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::Arc;
+
+use graphsched::{Executor, Policy, Pool};
+use graphsched::plan::{Mode, Plan};
+use graphsched_workloads::naive::run_naive;
+use serde_json::json;
+
+use crate::DEMO_SCALE;
+use crate::args::DemoArgs;
+use crate::format::{mb, ms, ratio, to_json, wrap, Table};
+use crate::measure::{measured_run, minor_faults, write_trace, Progress, Row};
+use crate::workload::{physical_memory, Bounds, Workload};
 
 pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
     let threads = args.threads as usize;

@@ -1,7 +1,6 @@
 //! Output: JSON, units, wrapped text, tables.
 
-#[allow(unused_imports)]
-use super::*;
+use serde_json::Value;
 
 pub(crate) fn to_json(value: &Value) -> Result<String, String> {
     serde_json::to_string_pretty(value)

@@ -1,7 +1,11 @@
 //! `gsched info`: what a graph is.
 
-#[allow(unused_imports)]
-use super::*;
+use serde_json::json;
+
+use crate::FULL_SCALE;
+use crate::args::InfoArgs;
+use crate::format::{mb, ms, to_json, wrap, Table};
+use crate::workload::Workload;
 
 pub(crate) fn info_command(args: InfoArgs) -> Result<String, String> {
     let workload = Workload::load(&args.workload, FULL_SCALE)?;

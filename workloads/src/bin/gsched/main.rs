@@ -6,22 +6,17 @@
 //! `cargo run --release --bin gsched -- demo` runs the seed pipeline five ways, from plain malloc
 //! to critical-path scheduling under a memory limit, next to the bounds no schedule can beat.
 
-pub(crate) use std::io::{IsTerminal, Write};
-pub(crate) use std::path::{Path, PathBuf};
-pub(crate) use std::process::ExitCode;
-pub(crate) use std::sync::Arc;
-pub(crate) use std::time::Duration;
+use std::io::Write;
+use std::process::ExitCode;
 
-pub(crate) use clap::{Args, Parser, Subcommand, ValueEnum};
-pub(crate) use graphsched::plan::{Mode, Order, Plan};
-pub(crate) use graphsched::sched::BoundTerm;
-pub(crate) use graphsched::sim::{simulate, SimOptions};
-pub(crate) use graphsched::{run, Executor, Graph, Policy, Pool, RunOptions, RunResult};
-pub(crate) use graphsched_workloads::graph_file::InputBuffers;
-pub(crate) use graphsched_workloads::naive::run_naive;
-pub(crate) use graphsched_workloads::{checksum, seed_pipeline, GraphFile, Ledger};
-pub(crate) use serde::Serialize;
-pub(crate) use serde_json::{json, Value};
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::demo::demo;
+use crate::info_cmd::info_command;
+use crate::plan_cmd::plan_command;
+use crate::run_cmd::run_command;
+use crate::simulate_cmd::simulate_command;
 
 /// Seed pipeline scale of `demo` (and of `run seed`): the five strategies take about 18 s in all
 /// on the project's 2-core machine.
@@ -38,16 +33,6 @@ mod plan_cmd;
 mod run_cmd;
 mod simulate_cmd;
 mod workload;
-
-pub(crate) use args::*;
-pub(crate) use demo::*;
-pub(crate) use format::*;
-pub(crate) use info_cmd::*;
-pub(crate) use measure::*;
-pub(crate) use plan_cmd::*;
-pub(crate) use run_cmd::*;
-pub(crate) use simulate_cmd::*;
-pub(crate) use workload::*;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -1,7 +1,13 @@
 //! Measured runs: one run with its figures, traces, progress on a terminal.
 
-#[allow(unused_imports)]
-use super::*;
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use graphsched::{run, Executor, Policy, Pool, RunOptions, RunResult};
+use graphsched::plan::Plan;
+use graphsched_workloads::Measured;
+use serde::Serialize;
 
 /// One measured run.
 #[derive(Serialize, Clone)]
@@ -30,7 +36,7 @@ pub(crate) fn minor_faults() -> u64 {
 /// The row is labelled `strategy`.
 pub(crate) fn measured_run(
     strategy: &str,
-    built: &Built,
+    built: &Measured,
     pool: &Arc<Pool>,
     executor: Option<&Executor>,
     policy: Policy,

@@ -1,7 +1,12 @@
 //! `gsched simulate`: the policy on a virtual clock.
 
-#[allow(unused_imports)]
-use super::*;
+use graphsched::sim::{simulate, SimOptions};
+use serde_json::json;
+
+use crate::FULL_SCALE;
+use crate::args::SimulateArgs;
+use crate::format::{mb, ms, ratio, to_json, Table};
+use crate::workload::{bound_term, Workload};
 
 pub(crate) fn simulate_command(args: SimulateArgs) -> Result<String, String> {
     let workload = Workload::load(&args.workload, FULL_SCALE)?;

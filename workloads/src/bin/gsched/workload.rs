@@ -1,7 +1,15 @@
 //! Workloads: a graph file or the seed pipeline, built with the measuring kernels, and the bounds no run can beat.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::Path;
+
+use graphsched::Graph;
+use graphsched::sched::BoundTerm;
+use graphsched_workloads::{seed_pipeline, GraphFile, Measured, Pace};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::args::WorkloadArgs;
+use crate::format::{mb, ms};
 
 /// A graph file or the seed pipeline, with what describes it.
 pub(crate) struct Workload {
@@ -86,14 +94,9 @@ impl Workload {
     }
 
     /// Builds the graph with measuring kernels (spinning to the estimates); with `bind`, also
-    /// makes and binds memory for its inputs.
-    pub(crate) fn build(&self, bind: bool) -> Result<Built, String> {
-        let ledger = Ledger::new(&self.file.value_counts());
-        let loaded = self
-            .file
-            .build(&mut |site| ledger.kernel(site.inputs.to_vec(), Some(Duration::from_nanos(site.estimate_ns))))
-            .map_err(|e| format!("{}: {e}", self.label))?;
-        let wanted: u64 = loaded.inputs.iter().map(|&(_, bytes)| bytes as u64).sum();
+    /// makes memory for its inputs.
+    pub(crate) fn build(&self, bind: bool) -> Result<Measured, String> {
+        let wanted: u64 = self.file.inputs.iter().map(|i| i.bytes as u64).sum();
         let memory = physical_memory();
         if bind && wanted > memory / 2 {
             return Err(format!(
@@ -103,15 +106,7 @@ impl Workload {
                 mb(memory)
             ));
         }
-        let inputs = InputBuffers::new(if bind { &loaded.inputs } else { &[] }, 1);
-        for (v, bytes) in inputs.bytes() {
-            ledger.record(v, checksum(bytes));
-        }
-        Ok(Built {
-            ledger,
-            graph: loaded.graph,
-            inputs,
-        })
+        Measured::build(&self.file, Pace::Estimate, bind.then_some(1)).map_err(|e| format!("{}: {e}", self.label))
     }
 }
 
@@ -123,14 +118,6 @@ pub(crate) fn physical_memory() -> u64 {
         return u64::MAX;
     }
     (pages as u64).saturating_mul(page as u64)
-}
-
-/// A built graph with its measuring kernels' ledger and (for runs) bound inputs.
-pub(crate) struct Built {
-    pub(crate) ledger: Arc<Ledger>,
-    pub(crate) graph: Arc<Graph>,
-    /// The graph inputs' memory.
-    pub(crate) inputs: InputBuffers,
 }
 
 /// What no run can beat.
