@@ -294,20 +294,26 @@ typedef struct gs_pool_config {
 typedef struct gs_pool_stats {
   // Bytes callers asked for and still hold.
   uint64_t live_bytes;
+  // Highest `live_bytes` since the pool was made or its peaks were last reset.
   uint64_t peak_live_bytes;
   // Bytes of memory the pool holds from the system (committed pages): live blocks, cached
   // free memory and slack.
   uint64_t reserved_bytes;
+  // Highest `reserved_bytes` since the pool was made or its peaks were last reset.
   uint64_t peak_reserved_bytes;
-  // Times the pool took memory from the system (mapped a region's pages in), and bytes.
+  // Times the pool took memory from the system (mapped a region's pages in).
   uint64_t os_allocs;
+  // Bytes taken from the system over those `os_allocs`.
   uint64_t os_alloc_bytes;
-  // Times the pool gave memory back (decommitted pages, unmapped regions), and bytes.
+  // Times the pool gave memory back (decommitted pages, unmapped regions).
   uint64_t os_frees;
+  // Bytes given back over those `os_frees`.
   uint64_t os_free_bytes;
+  // Successful acquires, a run's buffers included.
   uint64_t acquires;
   // Acquires served entirely from memory the pool already held.
   uint64_t cache_hits;
+  // Blocks given back, a run's buffers included.
   uint64_t releases;
 } gs_pool_stats;
 
