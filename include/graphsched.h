@@ -200,11 +200,19 @@ typedef struct gs_run_result gs_run_result;
 // for a run result, until the result is freed). `dtype` is one of the `GS_DTYPE_*` codes or any
 // value the engine chooses; `dims`/`strides` hold `ndim` entries (strides in elements).
 typedef struct gs_tensor {
+  // First byte of the buffer; borrowed, never freed through the descriptor. NULL for a
+  // dynamic output not allocated yet.
   void *data;
+  // Bytes of meaningful data at `data`; at most the buffer's size.
   size_t nbytes;
+  // Element type code, stored and passed on, never read by graphsched.
   int32_t dtype;
+  // Number of dimensions in use, 0 to 8.
   int32_t ndim;
+  // Extent of each dimension; the first `ndim` entries count.
   int64_t dims[8];
+  // Step of each dimension, in elements; the first `ndim` entries count. graphsched never
+  // fills these in: 0 unless the producer wrote them.
   int64_t strides[8];
 } gs_tensor;
 
