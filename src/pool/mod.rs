@@ -9,11 +9,12 @@
 //!   acquire and coalesced on release, in 64-byte grains (64-byte aligned).
 //!
 //! Invariants: a block has one holder from `acquire` until it is given back; a run's buffers go
-//! back only through the run (or its result), never [`Pool::release`]; a pointer the pool has not
-//! handed out is refused and changes nothing. Nothing is cleared unless asked. Committed pages
-//! stay committed, so a workload that repeats itself asks the system for nothing after its first
-//! round: `max_pool_bytes` caps what stays committed (past it, released memory goes back with
-//! `MADV_DONTNEED`), [`Pool::trim`] gives back all free memory.
+//! back only through the run (or its result), never [`Pool::release`]; a pointer that is not out
+//! (never handed out, or given back already) is refused and changes nothing. Nothing is cleared
+//! unless asked. Committed pages stay committed, so a workload that repeats itself asks the
+//! system for nothing after its first round and takes no page faults: `max_pool_bytes` caps what
+//! stays committed (past it, released memory goes back with `MADV_DONTNEED`), [`Pool::trim`]
+//! gives back all free memory and unmaps empty regions.
 //!
 //! One mutex guards the pool; the work under it is a few tree or list operations, no system
 //! calls except when memory is committed or given back. AddressSanitizer and valgrind memcheck,
