@@ -28,10 +28,13 @@
 #define GS_SIZE_DYNAMIC SIZE_MAX
 
 
+// Major version this header declares: the crate's, checked when the library builds.
 #define GS_VERSION_MAJOR 0
 
+// Minor version this header declares: the crate's, checked when the library builds.
 #define GS_VERSION_MINOR 2
 
+// Patch version this header declares: the crate's, checked when the library builds.
 #define GS_VERSION_PATCH 0
 
 // `major * 10000 + minor * 100 + patch`.
@@ -56,24 +59,34 @@
 // Suggested `gs_tensor.dtype` codes; graphsched stores the field and never reads it.
 #define GS_DTYPE_UNKNOWN 0
 
+// IEEE 754 binary32.
 #define GS_DTYPE_F32 1
 
+// IEEE 754 binary16.
 #define GS_DTYPE_F16 2
 
+// bfloat16: binary32's exponent, 7 bits of mantissa.
 #define GS_DTYPE_BF16 3
 
+// IEEE 754 binary64.
 #define GS_DTYPE_F64 4
 
+// Signed 8-bit integer.
 #define GS_DTYPE_I8 5
 
+// Unsigned 8-bit integer.
 #define GS_DTYPE_U8 6
 
+// Signed 16-bit integer.
 #define GS_DTYPE_I16 7
 
+// Signed 32-bit integer.
 #define GS_DTYPE_I32 8
 
+// Signed 64-bit integer.
 #define GS_DTYPE_I64 9
 
+// Boolean; the element's size and encoding are the engine's to choose.
 #define GS_DTYPE_BOOL 10
 
 // `gs_plan_new` mode: lifetimes from the topological order; runs without an executor follow it.
@@ -115,6 +128,7 @@ enum gs_status
   : int32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
+  // Success.
   GS_OK = 0,
   // A required pointer argument is NULL.
   GS_ERR_NULL_ARGUMENT = 1,
@@ -200,11 +214,19 @@ typedef struct gs_run_result gs_run_result;
 // for a run result, until the result is freed). `dtype` is one of the `GS_DTYPE_*` codes or any
 // value the engine chooses; `dims`/`strides` hold `ndim` entries (strides in elements).
 typedef struct gs_tensor {
+  // First byte of the buffer; borrowed, never freed through the descriptor. NULL for a
+  // dynamic output not allocated yet.
   void *data;
+  // Bytes of meaningful data at `data`; at most the buffer's size.
   size_t nbytes;
+  // Element type code, stored and passed on, never read by graphsched.
   int32_t dtype;
+  // Number of dimensions in use, 0 to 8.
   int32_t ndim;
+  // Extent of each dimension; the first `ndim` entries count.
   int64_t dims[8];
+  // Step of each dimension, in elements; the first `ndim` entries count. graphsched never
+  // fills these in: 0 unless the producer wrote them.
   int64_t strides[8];
 } gs_tensor;
 
@@ -232,12 +254,15 @@ typedef struct gs_node_desc {
   const char *name;
   // Operator type, e.g. "Conv" (NULL means ""). Nodes of one type share learned durations.
   const char *op_type;
+  // Computes the node's outputs, called at most once per run; must not be NULL.
   gs_kernel_fn kernel;
   // Passed to every call of `kernel`, for the graph's life, from several threads at once
   // when runs use an executor; graphsched never reads, copies or frees it.
   void *user_data;
   // Values the node reads; may name nodes added later.
   const struct gs_value *inputs;
+  // Length of `inputs`, at most `GS_MAX_NODE_PORTS`; 0 for a node that reads nothing
+  // (`inputs` may then be NULL).
   uint32_t num_inputs;
   // At least 1.
   uint32_t num_outputs;
@@ -247,9 +272,11 @@ typedef struct gs_node_desc {
   uint64_t estimated_ns;
   // `GS_NODE_*` bits.
   uint32_t flags;
-  // With `GS_NODE_IN_PLACE`: this output may take over this input's buffer (input slot index),
-  // when the node is the input's last reader and the buffer is large enough.
+  // With `GS_NODE_IN_PLACE`: the output (index among the node's outputs) that may take over
+  // an input's buffer, when the node is that input's last reader and the buffer is large enough.
   uint16_t in_place_output;
+  // With `GS_NODE_IN_PLACE`: the input slot (index into `inputs`) whose buffer that output may
+  // take over.
   uint16_t in_place_input;
 } gs_node_desc;
 
@@ -294,20 +321,26 @@ typedef struct gs_pool_config {
 typedef struct gs_pool_stats {
   // Bytes callers asked for and still hold.
   uint64_t live_bytes;
+  // Highest `live_bytes` since the pool was made or its peaks were last reset.
   uint64_t peak_live_bytes;
   // Bytes of memory the pool holds from the system (committed pages): live blocks, cached
   // free memory and slack.
   uint64_t reserved_bytes;
+  // Highest `reserved_bytes` since the pool was made or its peaks were last reset.
   uint64_t peak_reserved_bytes;
-  // Times the pool took memory from the system (mapped a region's pages in), and bytes.
+  // Times the pool took memory from the system (mapped a region's pages in).
   uint64_t os_allocs;
+  // Bytes taken from the system over those `os_allocs`.
   uint64_t os_alloc_bytes;
-  // Times the pool gave memory back (decommitted pages, unmapped regions), and bytes.
+  // Times the pool gave memory back (decommitted pages, unmapped regions).
   uint64_t os_frees;
+  // Bytes given back over those `os_frees`.
   uint64_t os_free_bytes;
+  // Successful acquires, a run's buffers included.
   uint64_t acquires;
   // Acquires served entirely from memory the pool already held.
   uint64_t cache_hits;
+  // Blocks given back, a run's buffers included.
   uint64_t releases;
 } gs_pool_stats;
 
@@ -315,7 +348,9 @@ typedef struct gs_pool_stats {
 // `tensor.data` be 16-byte aligned; kernels only read it. The memory must stay valid, and
 // unwritten, until `gs_run` returns.
 typedef struct gs_input_binding {
+  // The graph input, as `gs_graph_add_input` returned it.
   struct gs_value value;
+  // The caller's bytes and, if the engine wants kernels to see one, their shape.
   struct gs_tensor tensor;
 } gs_input_binding;
 
@@ -324,6 +359,7 @@ typedef struct gs_input_binding {
 typedef struct gs_run_options {
   // One binding per graph input.
   const struct gs_input_binding *inputs;
+  // Length of `inputs`; 0 for a graph without inputs (`inputs` may then be NULL).
   size_t num_inputs;
   // Run on this executor's threads, by priority. NULL: on the calling thread alone, in
   // topological order (policy and window do not apply).

@@ -58,6 +58,7 @@ pub struct Error {
 }
 
 impl Error {
+    /// An error of `kind` with `message`, a sentence naming what was at fault.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
@@ -65,10 +66,12 @@ impl Error {
         }
     }
 
+    /// What went wrong, for code that branches on it.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
+    /// The sentence for people (also what `Display` prints).
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -82,6 +85,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The result of every fallible call of the safe API.
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Shorthand used throughout the crate: `err(ErrorKind::Cycle, format!(...))`.

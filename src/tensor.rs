@@ -1,5 +1,33 @@
 //! The tensor descriptor that travels with every buffer. graphsched never interprets shapes:
 //! kernels write them, consumers read them.
+//!
+//! A [`Tensor`] is a plain `repr(C)` value (the C `gs_tensor`) that borrows its bytes: it never
+//! owns or frees `data`, and copying it copies the pointer. Before a kernel runs, each static
+//! output's descriptor holds its buffer and the declared size, with no shape (a dynamic one is
+//! empty until the kernel allocates it); the kernel may set `dtype`, `ndim`, `dims` and
+//! `strides`, and lower `nbytes`. After the kernel the run checks that `data` is unchanged,
+//! `nbytes` fits the buffer and `ndim` is in `0..=MAX_DIMS` (else `KernelFailed`), then hands
+//! the descriptor as it is to every consumer and, for a graph output, to the result.
+//!
+//! ```
+//! use graphsched::{GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
+//! use std::sync::Arc;
+//!
+//! let mut b = GraphBuilder::new();
+//! let m = b.add_node(NodeDesc::new("m", "Matrix", Box::new(|ctx| {
+//!     let t = ctx.output(0).unwrap(); // a 16-byte buffer; 6 bytes used, as a 2 x 3 u8 matrix
+//!     (t.nbytes, t.dtype, t.ndim) = (6, graphsched::ffi::GS_DTYPE_U8, 2);
+//!     t.dims[..2].copy_from_slice(&[2, 3]);
+//!     Ok(())
+//! })).output(16)).unwrap();
+//! b.mark_output(ValueRef::new(m, 0)).unwrap();
+//! let graph = Arc::new(b.finalize().unwrap());
+//! let pool = Arc::new(Pool::default());
+//! let result = graphsched::run(&graph, &pool, &RunOptions::default()).unwrap();
+//! let t = result.output(ValueRef::new(m, 0)).unwrap();
+//! assert_eq!((t.nbytes, &t.dims[..t.ndim as usize]), (6, &[2, 3][..]));
+//! assert_eq!(t.data as usize % graphsched::tensor::ALIGNMENT, 0);
+//! ```
 
 use std::ffi::c_void;
 use std::ptr;
@@ -22,11 +50,19 @@ pub const MAX_VALUE_BYTES: usize = isize::MAX as usize - 4096;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Tensor {
+    /// First byte of the buffer; borrowed, never freed through the descriptor. NULL for a
+    /// dynamic output not allocated yet.
     pub data: *mut c_void,
+    /// Bytes of meaningful data at `data`; at most the buffer's size.
     pub nbytes: usize,
+    /// Element type code, stored and passed on, never read by graphsched.
     pub dtype: i32,
+    /// Number of dimensions in use, 0 to 8.
     pub ndim: i32,
+    /// Extent of each dimension; the first `ndim` entries count.
     pub dims: [i64; 8],
+    /// Step of each dimension, in elements; the first `ndim` entries count. graphsched never
+    /// fills these in: 0 unless the producer wrote them.
     pub strides: [i64; 8],
 }
 

@@ -48,12 +48,15 @@ pub struct gs_node_desc {
     pub name: *const c_char,
     /// Operator type, e.g. "Conv" (NULL means ""). Nodes of one type share learned durations.
     pub op_type: *const c_char,
+    /// Computes the node's outputs, called at most once per run; must not be NULL.
     pub kernel: gs_kernel_fn,
     /// Passed to every call of `kernel`, for the graph's life, from several threads at once
     /// when runs use an executor; graphsched never reads, copies or frees it.
     pub user_data: *mut c_void,
     /// Values the node reads; may name nodes added later.
     pub inputs: *const ValueRef,
+    /// Length of `inputs`, at most `GS_MAX_NODE_PORTS`; 0 for a node that reads nothing
+    /// (`inputs` may then be NULL).
     pub num_inputs: u32,
     /// At least 1.
     pub num_outputs: u32,
@@ -63,9 +66,11 @@ pub struct gs_node_desc {
     pub estimated_ns: u64,
     /// `GS_NODE_*` bits.
     pub flags: u32,
-    /// With `GS_NODE_IN_PLACE`: this output may take over this input's buffer (input slot index),
-    /// when the node is the input's last reader and the buffer is large enough.
+    /// With `GS_NODE_IN_PLACE`: the output (index among the node's outputs) that may take over
+    /// an input's buffer, when the node is that input's last reader and the buffer is large enough.
     pub in_place_output: u16,
+    /// With `GS_NODE_IN_PLACE`: the input slot (index into `inputs`) whose buffer that output may
+    /// take over.
     pub in_place_input: u16,
 }
 

@@ -22,7 +22,8 @@ type Registry = HashMap<usize, (TypeId, usize)>;
 static LIVE: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
 
 /// Keys step by 16 so that a handle looks like an aligned pointer to C tools; 0 stays NULL.
-/// Relaxed: the read-modify-write alone makes every key unique.
+/// Invariant: a multiple of 16, above every key handed out. Relaxed: the read-modify-write alone
+/// makes every key unique, and the registry's lock, not this counter, publishes the object.
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(16);
 
 /// A type the C side holds by handle.

@@ -45,8 +45,11 @@ use crate::graph::{GraphInfo, ValueRef};
 use crate::pool::{PoolConfig, PoolStats};
 use crate::tensor::Tensor;
 
+/// Major version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_MAJOR: u32 = 0;
+/// Minor version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_MINOR: u32 = 2;
+/// Patch version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_PATCH: u32 = 0;
 /// `major * 10000 + minor * 100 + patch`.
 pub const GS_VERSION_NUMBER: u32 = 200;
@@ -68,15 +71,25 @@ pub const GS_NODE_IN_PLACE: u32 = 2;
 
 /// Suggested `gs_tensor.dtype` codes; graphsched stores the field and never reads it.
 pub const GS_DTYPE_UNKNOWN: i32 = 0;
+/// IEEE 754 binary32.
 pub const GS_DTYPE_F32: i32 = 1;
+/// IEEE 754 binary16.
 pub const GS_DTYPE_F16: i32 = 2;
+/// bfloat16: binary32's exponent, 7 bits of mantissa.
 pub const GS_DTYPE_BF16: i32 = 3;
+/// IEEE 754 binary64.
 pub const GS_DTYPE_F64: i32 = 4;
+/// Signed 8-bit integer.
 pub const GS_DTYPE_I8: i32 = 5;
+/// Unsigned 8-bit integer.
 pub const GS_DTYPE_U8: i32 = 6;
+/// Signed 16-bit integer.
 pub const GS_DTYPE_I16: i32 = 7;
+/// Signed 32-bit integer.
 pub const GS_DTYPE_I32: i32 = 8;
+/// Signed 64-bit integer.
 pub const GS_DTYPE_I64: i32 = 9;
+/// Boolean; the element's size and encoding are the engine's to choose.
 pub const GS_DTYPE_BOOL: i32 = 10;
 
 /// Version of the loaded library; compare with `GS_VERSION_NUMBER` from the header compiled in.

@@ -49,7 +49,9 @@ pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gs_input_binding {
+    /// The graph input, as `gs_graph_add_input` returned it.
     pub value: ValueRef,
+    /// The caller's bytes and, if the engine wants kernels to see one, their shape.
     pub tensor: Tensor,
 }
 
@@ -66,6 +68,7 @@ const _: () = assert!(std::mem::offset_of!(gs_input_binding, tensor) == exec::IN
 pub struct gs_run_options {
     /// One binding per graph input.
     pub inputs: *const gs_input_binding,
+    /// Length of `inputs`; 0 for a graph without inputs (`inputs` may then be NULL).
     pub num_inputs: usize,
     /// Run on this executor's threads, by priority. NULL: on the calling thread alone, in
     /// topological order (policy and window do not apply).

@@ -12,6 +12,7 @@ use crate::error::{Error, ErrorKind};
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum gs_status {
+    /// Success.
     GS_OK = 0,
     /// A required pointer argument is NULL.
     GS_ERR_NULL_ARGUMENT = 1,

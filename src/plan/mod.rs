@@ -11,8 +11,29 @@
 //!   ancestor of the producer of the other in the graph's partial order, so any order an executor
 //!   picks is safe. This needs reachability, kept as one ancestor bitset per node.
 //!
+//! Invariants, which [`Plan::verify`] checks: values that may be live at once under the mode share
+//! no byte (except an in-place output and the input it takes over), and every offset is a
+//! multiple of [`PLAN_ALIGNMENT`]. A plan holds its graph, and runs refuse it for any other.
 //! Graph inputs live in caller memory and dynamic values come from the pool as the kernel asks;
-//! neither is planned.
+//! neither is planned. A run follows a plan given in `RunOptions::plan`.
+//!
+//! ```
+//! use graphsched::plan::{Mode, Order, Plan};
+//! use graphsched::{GraphBuilder, NodeDesc, ValueRef};
+//! use std::sync::Arc;
+//!
+//! // a -> b -> c, 1 KiB each: once b has run, nobody reads a, and c takes its bytes.
+//! let mut g = GraphBuilder::new();
+//! let node = |name: &str| NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(1024);
+//! let a = g.add_node(node("a")).unwrap();
+//! let b = g.add_node(node("b").input(ValueRef::new(a, 0))).unwrap();
+//! let c = g.add_node(node("c").input(ValueRef::new(b, 0))).unwrap();
+//! g.mark_output(ValueRef::new(c, 0)).unwrap();
+//! let graph = Arc::new(g.finalize().unwrap());
+//! let plan = Plan::new(&graph, Mode::Sequential(Order::Topological)).unwrap();
+//! let offset = |n| plan.offset(graph.value_index(ValueRef::new(n, 0)).unwrap());
+//! assert_eq!((plan.arena_bytes(), offset(a), offset(c)), (2048, Some(0), Some(0)));
+//! ```
 
 use std::sync::Arc;
 
@@ -40,9 +61,14 @@ pub enum Order {
     MemoryAware,
 }
 
+/// What may share bytes: values whose lifetimes cannot overlap, as judged by one fixed order or
+/// by the graph's partial order (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// Lifetimes along one order; runs must follow it on the calling thread (no executor).
     Sequential(Order),
+    /// Sharing only between values the graph's edges keep apart; any executor may run it.
+    /// Costs a bitset per node, so at most [`MAX_PARALLEL_SAFE_NODES`] nodes.
     ParallelSafe,
 }
 
@@ -166,6 +192,7 @@ impl Plan {
         &self.graph
     }
 
+    /// The mode the plan was made in; it decides whether a run may use an executor.
     pub fn mode(&self) -> Mode {
         self.mode
     }

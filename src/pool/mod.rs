@@ -8,19 +8,31 @@
 //!   (1 GiB of address space each by default, committed only as pages are touched), split on
 //!   acquire and coalesced on release, in 64-byte grains (64-byte aligned).
 //!
-//! Nothing is cleared unless asked. Pages once committed stay committed, so a workload that
-//! repeats itself asks the system for nothing after its first round and takes no page faults.
-//! `max_pool_bytes` caps what stays committed: past it, released memory goes back to the system
-//! (`MADV_DONTNEED`); `trim` gives back all free memory and unmaps empty regions.
+//! Invariants: a block has one holder from `acquire` until it is given back; a run's buffers go
+//! back only through the run (or its result), never [`Pool::release`]; a pointer that is not out
+//! (never handed out, or given back already) is refused and changes nothing. Nothing is cleared
+//! unless asked. Committed pages stay committed, so a workload that repeats itself asks the
+//! system for nothing after its first round and takes no page faults: `max_pool_bytes` caps what
+//! stays committed (past it, released memory goes back with `MADV_DONTNEED`), [`Pool::trim`]
+//! gives back all free memory and unmaps empty regions.
 //!
 //! One mutex guards the pool; the work under it is a few tree or list operations, no system
-//! calls except when memory is committed or given back. The pool knows nothing about graphs;
-//! a run passes, with each request, the tick at which it will release the block, which the arena
-//! uses to place blocks that are released together side by side.
+//! calls except when memory is committed or given back. AddressSanitizer and valgrind memcheck,
+//! when the process has them, are told which bytes a program may touch (module `sanitize`), so
+//! they catch a read of a released block or a write past one; red zones
+//! ([`PoolConfig::red_zones`]) catch such writes without a tool.
 //!
-//! AddressSanitizer and valgrind memcheck, when the process has them, are told which bytes of the
-//! pool a program may touch ([`sanitize`]), so they report a kernel that reads a released buffer
-//! or writes past its output; red zones are the check that needs no tool.
+//! ```
+//! let pool = graphsched::Pool::default();
+//! let p = pool.acquire(100, true).unwrap();
+//! assert_eq!(p.as_ptr() as usize % 16, 0);
+//! // SAFETY: `p` came from this pool's `acquire` and is not used after.
+//! unsafe { pool.release(p) }.unwrap();
+//! let q = pool.acquire(100, false).unwrap(); // the cached block: no new memory
+//! let s = pool.stats();
+//! assert_eq!((s.acquires, s.cache_hits, s.live_bytes, s.os_allocs), (2, 1, 100, 1));
+//! # unsafe { pool.release(q) }.unwrap();
+//! ```
 
 mod arena;
 mod region;
@@ -73,20 +85,26 @@ pub struct PoolConfig {
 pub struct PoolStats {
     /// Bytes callers asked for and still hold.
     pub live_bytes: u64,
+    /// Highest `live_bytes` since the pool was made or its peaks were last reset.
     pub peak_live_bytes: u64,
     /// Bytes of memory the pool holds from the system (committed pages): live blocks, cached
     /// free memory and slack.
     pub reserved_bytes: u64,
+    /// Highest `reserved_bytes` since the pool was made or its peaks were last reset.
     pub peak_reserved_bytes: u64,
-    /// Times the pool took memory from the system (mapped a region's pages in), and bytes.
+    /// Times the pool took memory from the system (mapped a region's pages in).
     pub os_allocs: u64,
+    /// Bytes taken from the system over those `os_allocs`.
     pub os_alloc_bytes: u64,
-    /// Times the pool gave memory back (decommitted pages, unmapped regions), and bytes.
+    /// Times the pool gave memory back (decommitted pages, unmapped regions).
     pub os_frees: u64,
+    /// Bytes given back over those `os_frees`.
     pub os_free_bytes: u64,
+    /// Successful acquires, a run's buffers included.
     pub acquires: u64,
     /// Acquires served entirely from memory the pool already held.
     pub cache_hits: u64,
+    /// Blocks given back, a run's buffers included.
     pub releases: u64,
 }
 
@@ -250,6 +268,8 @@ impl Default for Pool {
 }
 
 impl Pool {
+    /// A pool with `config`, zero fields defaulted; maps nothing until the first acquire.
+    /// `InvalidArgument` if `large_threshold_bytes` or `region_bytes` is out of range.
     pub fn new(config: PoolConfig) -> Result<Self> {
         let mut config = config;
         if config.large_threshold_bytes == 0 {
@@ -505,6 +525,7 @@ impl Pool {
         st.large.unmap_empty_regions();
     }
 
+    /// A snapshot of the counters, taken under the lock, so its fields agree with each other.
     pub fn stats(&self) -> PoolStats {
         let st = self.lock();
         let (a, b) = (st.small.os, st.large.os);

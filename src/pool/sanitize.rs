@@ -59,8 +59,9 @@ struct Tools {
 }
 
 static TOOLS: OnceLock<Tools> = OnceLock::new();
-/// Whether any tool is there: the flag every hook tests first. Set after `TOOLS` (Release), so a
-/// hook that sees it set (Acquire) finds `TOOLS` filled in.
+/// Whether any tool is there: the flag every hook tests first. Every store writes the one
+/// detection result, so it changes at most once, from false to true. Set after `TOOLS`
+/// (Release), so a hook that sees it set (Acquire) finds `TOOLS` filled in.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// A pool's handle for memcheck: the address of a byte of its own, so it differs from every other

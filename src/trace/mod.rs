@@ -1,5 +1,31 @@
 //! Pictures of graphs and runs: Chrome trace-event JSON of a traced run (opens in Perfetto or
 //! chrome://tracing) and Graphviz DOT of a graph.
+//!
+//! A run with `RunOptions::trace` set records one [`NodeEvent`] per kernel call, as the kernel
+//! ends, under a lock shared by the run's threads; the result lists them in the order they ended
+//! ([`RunResult::events`](crate::RunResult::events)). Graph inputs never run and have no event.
+//! Every time is read from one monotonic clock and counted from the run's start, so events of
+//! different threads compare directly. [`chrome_trace`] and [`dot`] only format: they return
+//! text and write no file.
+//!
+//! ```
+//! use graphsched::{trace, GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
+//! use std::sync::Arc;
+//!
+//! let mut b = GraphBuilder::new();
+//! let node = |name: &str| NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(64);
+//! let a = b.add_node(node("a")).unwrap();
+//! let z = b.add_node(node("z").input(ValueRef::new(a, 0))).unwrap();
+//! b.mark_output(ValueRef::new(z, 0)).unwrap();
+//! let graph = Arc::new(b.finalize().unwrap());
+//! let options = RunOptions { trace: true, ..Default::default() };
+//! let result = graphsched::run(&graph, &Arc::new(Pool::default()), &options).unwrap();
+//! let events = result.events();
+//! assert_eq!(events.iter().map(|e| e.node).collect::<Vec<_>>(), [a, z]);
+//! assert!(events[0].end_ns <= events[1].start_ns && events.iter().all(|e| e.thread == 0));
+//! assert!(trace::chrome_trace(&graph, events).contains(r#""name":"z""#));
+//! assert!(trace::dot(&graph).contains(&format!("n{a} -> n{z}")));
+//! ```
 
 use std::fmt::Write;
 
@@ -8,14 +34,17 @@ use crate::graph::Graph;
 /// One executed node in a traced run: when, on which thread, and memory once it finished.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NodeEvent {
+    /// The node, as `GraphBuilder::add_node` numbered it.
     pub node: u32,
     /// 0: a thread that called `run`; i + 1: the executor's worker i.
     pub thread: u32,
-    /// Kernel start and end, in nanoseconds since the run started.
+    /// Kernel start, in nanoseconds since the run started.
     pub start_ns: u64,
+    /// Kernel end, in nanoseconds since the run started; at least `start_ns`.
     pub end_ns: u64,
-    /// The run's live bytes, and the pool's reserved bytes, when the kernel ended.
+    /// Bytes the run held when the kernel ended: outputs reserved, values not yet released.
     pub live_bytes: u64,
+    /// The pool's `reserved_bytes` when the kernel ended (the whole pool, other runs included).
     pub reserved_bytes: u64,
 }
 
