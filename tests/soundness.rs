@@ -490,6 +490,55 @@ fn red_zones_follow_an_in_place_output_into_its_larger_block() {
     assert_eq!(pool.stats().live_bytes, 0);
 }
 
+/// A kernel computing in place that writes past its output is named, whoever reads the output
+/// next (a graph output has no reader to blame; an in-place reader used to skip its checks).
+#[test]
+fn red_zones_catch_an_in_place_kernel_that_overruns() {
+    let sloppy = || -> graphsched::Kernel {
+        Box::new(|ctx| {
+            let out = ctx.output(0).unwrap();
+            // SAFETY: deliberately out of bounds: one byte past the 32-byte output, which fills
+            // its block, inside the pool's red zone (mapped memory of the pool).
+            unsafe { (out.data as *mut u8).add(out.nbytes).write(0x42) };
+            Ok(())
+        })
+    };
+    for then_in_place in [false, true] {
+        let mut b = GraphBuilder::new();
+        let a = b.add_node(NodeDesc::new("A", "Make", noop()).output(32)).unwrap();
+        let x = NodeDesc::new("X", "Relu", sloppy())
+            .input(ValueRef::new(a, 0))
+            .output(32)
+            .in_place(0, 0);
+        let x = b.add_node(x).unwrap();
+        let last = match then_in_place {
+            false => x,
+            true => {
+                let y = NodeDesc::new("Y", "Relu", noop())
+                    .input(ValueRef::new(x, 0))
+                    .output(32)
+                    .in_place(0, 0);
+                b.add_node(y).unwrap()
+            }
+        };
+        b.mark_output(ValueRef::new(last, 0)).unwrap();
+        let graph = Arc::new(b.finalize().unwrap());
+        let pool = Arc::new(
+            Pool::new(graphsched::PoolConfig {
+                red_zones: 1,
+                ..Default::default()
+            })
+            .unwrap(),
+        );
+        let Err(e) = run(&graph, &pool, &RunOptions::default()) else {
+            panic!("an overrun went unnoticed (then in place: {then_in_place})")
+        };
+        assert_eq!(e.kind(), ErrorKind::KernelFailed, "{e}");
+        assert!(e.message().contains("node 'X'"), "{e}");
+        assert_eq!(pool.stats().live_bytes, 0, "every block went back");
+    }
+}
+
 /// A traced run of a graph with no operator still has a (nearly empty) trace to write.
 #[test]
 fn a_traced_run_without_operators_has_a_trace() {

@@ -45,7 +45,7 @@ impl RunState<'_> {
 
     /// With the pool's red zones on: after a kernel ran, checks the guards around its outputs
     /// and inputs, and names the node if it wrote out of bounds.
-    pub(super) fn check_red_zones(&self, node: u32, buffers: &[Buffer], in_place_output: Option<usize>) -> Result<()> {
+    pub(super) fn check_red_zones(&self, node: u32, buffers: &[Buffer]) -> Result<()> {
         if self.pool.config().red_zones == 0 {
             return Ok(());
         }
@@ -55,8 +55,10 @@ impl RunState<'_> {
             Some(p) if b.capacity > 0 && !self.in_arena(b) => unsafe { self.pool.guards_intact(p, b.block) },
             _ => true,
         };
+        // An in-place output's buffer is its input's block, whose `block` bytes the guards
+        // surround: checked like any other.
         for (k, &b) in buffers.iter().enumerate() {
-            if Some(k) != in_place_output && !intact(b) {
+            if !intact(b) {
                 return err(
                     ErrorKind::KernelFailed,
                     format!(
@@ -70,7 +72,7 @@ impl RunState<'_> {
         for (i, &v) in g.node_inputs(node).iter().enumerate() {
             // SAFETY: this node still holds its inputs; their slots do not change under it.
             let b = unsafe { (*self.slots[v as usize].get()).buffer };
-            if in_place_output.is_none() && !intact(b) {
+            if !intact(b) {
                 return err(
                     ErrorKind::KernelFailed,
                     format!(
@@ -232,7 +234,7 @@ impl RunState<'_> {
             // of the refusal.
             Ok(_) if refused.is_some() => refused,
             Ok(Ok(())) => check_outputs(g, node, outputs, buffers)
-                .and_then(|_| self.check_red_zones(node, buffers, in_place_output))
+                .and_then(|_| self.check_red_zones(node, buffers))
                 .err(),
             Ok(Err(msg)) => {
                 let msg = match detail {

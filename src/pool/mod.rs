@@ -477,8 +477,17 @@ impl Pool {
     /// As for [`release`](Self::release).
     pub(crate) unsafe fn release_by(&self, ptr: NonNull<u8>, by: Owner) -> Result<()> {
         let mut st = self.lock();
-        // An overwritten red zone is reported, and the block still goes back (nothing leaks).
-        let (block, damage) = match self.unguard(ptr, &st, by) {
+        let result = self.take_back(&mut st, ptr, by);
+        if self.config.max_pool_bytes != 0 {
+            st.shrink_to(self.config.max_pool_bytes as usize);
+        }
+        result
+    }
+
+    /// One release under the lock. An overwritten red zone is reported, and the block still goes
+    /// back (nothing leaks); any other error changes nothing.
+    fn take_back(&self, st: &mut State, ptr: NonNull<u8>, by: Owner) -> Result<()> {
+        let (block, damage) = match self.unguard(ptr, st, by) {
             Ok(block) => (block, None),
             Err(e) if e.kind() == ErrorKind::BufferOverrun => (
                 NonNull::new((ptr.as_ptr() as usize - self.guard_bytes()) as *mut u8).expect("inside a region"),
@@ -487,27 +496,27 @@ impl Pool {
             Err(e) => return Err(e),
         };
         st.release(block, self.mempool, self.guard_bytes(), by)?;
-        if self.config.max_pool_bytes != 0 {
-            st.shrink_to(self.config.max_pool_bytes as usize);
-        }
         damage.map_or(Ok(()), Err)
     }
 
-    /// Takes back many blocks of `by` under one lock; stops at the first pointer it does not
-    /// know.
+    /// Takes back many blocks of `by` under one lock. Every pointer is tried, as by
+    /// [`release_by`](Self::release_by); the first error is returned.
     ///
     /// # Safety
     /// As for [`release`](Self::release), for every pointer.
     pub(crate) unsafe fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>, by: Owner) -> Result<()> {
         let mut st = self.lock();
-        let result = ptrs.into_iter().try_for_each(|p| {
-            let block = self.unguard(p, &st, by)?;
-            st.release(block, self.mempool, self.guard_bytes(), by)
-        });
+        let mut first_error = Ok(());
+        for p in ptrs {
+            let result = self.take_back(&mut st, p, by);
+            if first_error.is_ok() {
+                first_error = result;
+            }
+        }
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);
         }
-        result
+        first_error
     }
 
     /// Coalesces every cached block and returns kept empty slabs to free space. Runs call it as
