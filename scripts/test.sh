@@ -11,8 +11,8 @@ ensure_packages cmake:cmake pkg-config:pkg-config valgrind:valgrind
 echo "== cargo test (the core, the workloads, the loom model, and the generated-header check)"
 cargo test --locked --workspace
 
-echo "== clippy: every unsafe block states why it is sound"
-cargo clippy --locked --workspace --all-targets --quiet -- -D clippy::undocumented_unsafe_blocks
+echo "== clippy: no warning, and every unsafe block states why it is sound"
+cargo clippy --locked --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
 echo "== cmake build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -41,7 +41,7 @@ fn optimum(g: &Graph, p: usize) -> u64 {
         })
         .collect();
     let mut best = u64::MAX;
-    search(&w, &preds, p, 0, 0, 0, &mut Vec::new(), &mut best);
+    search(&w, &preds, p, 0, 0, 0, &[], &mut best);
     best
 }
 
@@ -53,7 +53,7 @@ fn search(
     now: u64,
     done: u64,
     started: u64,
-    running: &mut Vec<(u64, usize)>,
+    running: &[(u64, usize)],
     best: &mut u64,
 ) {
     let n = w.len();
@@ -71,7 +71,7 @@ fn search(
         if mask.count_ones() as usize > free || (mask == 0 && running.is_empty()) {
             continue;
         }
-        let mut run = running.clone();
+        let mut run = running.to_vec();
         let mut now_started = started;
         for (i, &v) in ready.iter().enumerate() {
             if mask >> i & 1 == 1 {
@@ -91,7 +91,7 @@ fn search(
             }
             t != next
         });
-        search(w, preds, p, next, now_done, now_started, &mut run, best);
+        search(w, preds, p, next, now_done, now_started, &run, best);
     }
 }
 

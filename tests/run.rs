@@ -523,7 +523,17 @@ fn red_zones_catch_an_overrunning_kernel() {
     );
     let mut b = GraphBuilder::new();
     let good = b
-        .add_node(NodeDesc::new("good", "Fill", Box::new(|ctx| Ok(ctx.output_bytes(0).unwrap().fill(1)))).output(100))
+        .add_node(
+            NodeDesc::new(
+                "good",
+                "Fill",
+                Box::new(|ctx| {
+                    ctx.output_bytes(0).unwrap().fill(1);
+                    Ok(())
+                }),
+            )
+            .output(100),
+        )
         .unwrap();
     b.add_node(
         NodeDesc::new(

@@ -335,8 +335,10 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
 
 /// The sequential driver: every operator node in `order` (topological), on the calling thread.
 fn in_order(state: &RunState<'_>, order: &[u32]) {
-    let mut scratch = Scratch::default();
-    scratch.slot = Some(0);
+    let mut scratch = Scratch {
+        slot: Some(0),
+        ..Default::default()
+    };
     for &node in order {
         if state.failed() {
             break;

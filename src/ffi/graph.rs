@@ -259,7 +259,6 @@ pub unsafe extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
         let compiled = builder.finalize()?;
         g.compiled
             .set(Arc::new(compiled))
-            .ok()
             .expect("the builder finalizes once");
         Ok(())
     })

@@ -180,7 +180,7 @@ pub(crate) fn guard(body: impl FnOnce() -> FfiResult<()>) -> gs_status {
 pub extern "C" fn gs_last_error_message() -> *const c_char {
     LAST_ERROR
         .try_with(|slot| slot.borrow().as_ptr())
-        .unwrap_or(b"\0".as_ptr() as *const c_char)
+        .unwrap_or(c"".as_ptr())
 }
 
 /// The name of a status code, e.g. "GS_ERR_CYCLE"; "GS_UNKNOWN_STATUS" for other values.

@@ -99,11 +99,11 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     for (i, &v) in topo.iter().enumerate() {
         position[v as usize] = i as u32;
     }
+    let inputs_of = |node: usize| &input_values[b.input_start[node] as usize..b.input_start[node + 1] as usize];
     let mut release_tick: Vec<u32> = value_node.iter().map(|&p| position[p as usize]).collect();
-    for node in 0..n {
-        for slot in b.input_start[node] as usize..b.input_start[node + 1] as usize {
-            let v = input_values[slot] as usize;
-            release_tick[v] = release_tick[v].max(position[node]);
+    for (node, &at) in position.iter().enumerate() {
+        for &v in inputs_of(node) {
+            release_tick[v as usize] = release_tick[v as usize].max(at);
         }
     }
     for (v, tick) in release_tick.iter_mut().enumerate() {
@@ -119,8 +119,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     let mut node_lower_bound_bytes = 0u64;
     for node in 0..n {
         let mut bytes = values_of(node as u32).map(size).fold(0u64, u64::saturating_add);
-        for slot in b.input_start[node] as usize..b.input_start[node + 1] as usize {
-            let v = input_values[slot];
+        for &v in inputs_of(node) {
             if seen_by[v as usize] != node as u32 {
                 seen_by[v as usize] = node as u32;
                 bytes = bytes.saturating_add(size(v));

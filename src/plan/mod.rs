@@ -128,6 +128,8 @@ impl Plan {
         // and the output fits. A group is placed as one block, as large as its largest member.
         let index_of: std::collections::HashMap<u32, usize> = values.iter().enumerate().map(|(i, &v)| (v, i)).collect();
         let mut alias_of = vec![None; graph.value_count()];
+        // Inputs some output has taken over already: each lends its bytes to one output.
+        let mut lent = vec![false; graph.value_count()];
         let mut group: Vec<usize> = (0..values.len()).collect();
         let root = |group: &[usize], mut i: usize| {
             while group[i] != i {
@@ -154,9 +156,13 @@ impl Plan {
                         None => position[r as usize] < position[node as usize],
                     }
             });
-            let taken = alias_of.iter().any(|&a| a == Some(input));
-            if last_reader && !taken && !graph.is_graph_output(input) && size(graph, output) <= size(graph, input) {
+            if last_reader
+                && !lent[input as usize]
+                && !graph.is_graph_output(input)
+                && size(graph, output) <= size(graph, input)
+            {
                 alias_of[output as usize] = Some(input);
+                lent[input as usize] = true;
                 let (ro, ri) = (root(&group, io), root(&group, ii));
                 group[ro] = ri;
             }

@@ -311,11 +311,8 @@ impl Arena {
     fn recommit(&mut self, start: usize, end: usize) {
         let (ps, pe) = (page_down(start), page_up(end));
         let mut recommitted = 0;
-        loop {
-            // The last decommitted range that starts before `pe` and reaches past `ps`.
-            let Some((&s, &e)) = self.decommitted.range(..pe).next_back() else {
-                break;
-            };
+        // The last decommitted range that starts before `pe`, while it reaches past `ps`.
+        while let Some((&s, &e)) = self.decommitted.range(..pe).next_back() {
             if e <= ps {
                 break;
             }

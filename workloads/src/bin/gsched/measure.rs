@@ -34,6 +34,7 @@ pub(crate) fn minor_faults() -> u64 {
 
 /// Runs `built` once on `pool` and measures it; peaks are reset first, so they are this run's.
 /// The row is labelled `strategy`.
+#[allow(clippy::too_many_arguments)] // one per knob of a run; a struct would only rename them
 pub(crate) fn measured_run(
     strategy: &str,
     built: &Measured,
