@@ -22,6 +22,7 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use super::padded::CachePadded;
 use super::state::{panic_text, RunState, Scratch};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::sched::BANDS;
@@ -74,7 +75,8 @@ struct Sleep {
     /// Threads between registering to sleep and waking. SeqCst with the fences in `sleep` and
     /// `notify`: a notifier that reads 0 here is ordered before the sleeper's registration, so
     /// the sleeper's last look for work sees what the notifier queued.
-    sleepers: AtomicUsize,
+    /// Read on every push by every thread: on its own cache line.
+    sleepers: CachePadded<AtomicUsize>,
     /// Moves on every wake-up; a sleeper waits until it differs from the key it took.
     epoch: Mutex<u64>,
     wake: Condvar,
@@ -105,7 +107,7 @@ impl Executor {
                 .map(|bands| bands.iter().map(Worker::stealer).collect())
                 .collect(),
             sleep: Sleep {
-                sleepers: AtomicUsize::new(0),
+                sleepers: CachePadded(AtomicUsize::new(0)),
                 epoch: Mutex::new(0),
                 wake: Condvar::new(),
             },
@@ -233,12 +235,16 @@ impl Shared {
                     Steal::Empty => break,
                 }
             }
-            for (owner, stealers) in self.stealers.iter().enumerate() {
+            // Victims from a random one on, as TBB and Taskflow do: thieves that all started at
+            // worker 0 would contend on its deque while the others' work waits.
+            let workers = self.stealers.len();
+            let first = if workers > 1 { random_below(workers) } else { 0 };
+            for owner in (first..workers).chain(0..first) {
                 if me.is_some_and(|(index, _)| index == owner) {
                     continue;
                 }
                 loop {
-                    match stealers[band].steal() {
+                    match self.stealers[owner][band].steal() {
                         Steal::Success(t) => return Some(t),
                         Steal::Retry => continue,
                         Steal::Empty => break,
@@ -288,7 +294,7 @@ impl Shared {
                 None => self.injectors[band].push(task),
             }
         }
-        self.sleep.notify();
+        self.sleep.notify(nodes.len());
     }
 
     /// Executes a task and the chain of continuations it leads to. `own` is the run a calling
@@ -361,8 +367,9 @@ impl Shared {
                 .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(1) => {
-                    // The run is over; from here on nothing of it may be touched.
-                    self.sleep.notify();
+                    // The run is over; from here on nothing of it may be touched. Every sleeper
+                    // wakes: the run's caller may be among them, and nothing else would wake it.
+                    self.sleep.notify(usize::MAX);
                     return;
                 }
                 Ok(_) => return,
@@ -434,6 +441,25 @@ impl Shared {
     }
 }
 
+/// A number below `n` from a per-thread xorshift generator: cheap, and different per thread.
+fn random_below(n: usize) -> usize {
+    thread_local! {
+        static STATE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        if x == 0 {
+            // Seeded from the address of the thread's own state: distinct per live thread.
+            x = (s as *const _ as usize as u32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        s.set(x);
+        ((x as u64 * n as u64) >> 32) as usize
+    })
+}
+
 impl Sleep {
     /// Sleeps unless `idle()` turns false after registering as a sleeper.
     fn sleep(&self, idle: impl Fn() -> bool) {
@@ -451,11 +477,22 @@ impl Sleep {
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Wakes the sleepers, if any, after work was queued or a run ended.
-    fn notify(&self) {
+    /// Wakes up to `count` sleepers, if any sleep, after `count` tasks were queued (a thread
+    /// per task: any awake thread takes any run's work), or all of them when a run ended.
+    fn notify(&self, count: usize) {
         fence(Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            self.wake_all();
+        let sleepers = self.sleepers.load(Ordering::SeqCst);
+        if sleepers == 0 {
+            return;
+        }
+        if count >= sleepers {
+            return self.wake_all();
+        }
+        // The key moves once; each `notify_one` lets one waiter see it moved. The others keep
+        // waiting (a spurious wake-up only sends one looking for work early).
+        *self.epoch.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        for _ in 0..count {
+            self.wake.notify_one();
         }
     }
 

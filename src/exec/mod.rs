@@ -12,6 +12,7 @@ mod executor;
 pub mod fault;
 mod gate;
 mod kernel_call;
+mod padded;
 mod run;
 mod state;
 mod window;

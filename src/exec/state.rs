@@ -23,6 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::cache::{BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
+use super::padded::CachePadded;
 use crate::kernel::Buffer;
 use super::gate::{Gate, GateInner};
 use super::run::CancelToken;
@@ -120,8 +121,9 @@ pub(super) struct RunState<'r> {
     /// node ready: it is ordered after every producer's slot writes.
     pub(super) pending: Box<[AtomicU32]>,
     /// Queued and running tasks of the run (module docs): reaches 0 exactly once, when the run
-    /// is over. AcqRel, so the caller that sees 0 sees everything the tasks did.
-    pub active: AtomicUsize,
+    /// is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
+    /// writes it: on its own cache line.
+    pub active: CachePadded<AtomicUsize>,
     /// Set (Release) with the first error, read (Acquire) before starting a node; the error
     /// itself is behind `error`'s lock.
     pub(super) failed: AtomicBool,
@@ -194,7 +196,7 @@ impl<'r> RunState<'r> {
                 .collect(),
             refs,
             pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
-            active: AtomicUsize::new(0),
+            active: CachePadded(AtomicUsize::new(0)),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             live: AtomicU64::new(0),
