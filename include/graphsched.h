@@ -425,6 +425,7 @@ typedef struct gs_sim_result {
   // ancestors' work / threads plus its longest path (and the mirror), whichever is largest
   // (src/sched/bound.rs).
   uint64_t makespan_lb_ns;
+  // Longest path of estimates.
   uint64_t critical_path_ns;
   // Sum of all estimates.
   uint64_t work_ns;
