@@ -390,7 +390,9 @@ typedef struct gs_run_options {
 
 // Figures of one run. (C: `gs_run_stats`).
 typedef struct gs_run_stats {
+  // Wall-clock duration of the run, in nanoseconds.
   uint64_t wall_ns;
+  // Operator nodes executed (graph inputs are not run).
   uint64_t nodes_run;
   // Most bytes this run's values held at once (graph inputs, which the caller owns, excluded).
   uint64_t peak_live_bytes;
