@@ -237,9 +237,11 @@ typedef struct gs_executor_config {
   uint32_t threads;
 } gs_executor_config;
 
-// One output of one node. (C: `gs_value`).
+// One output of one node: how the caller names a value. (C: `gs_value`).
 typedef struct gs_value {
+  // Id of the producing node, as adding it returned.
   uint32_t node;
+  // Index among that node's outputs, from 0 (a graph input's value is output 0).
   uint32_t output;
 } gs_value;
 
@@ -284,20 +286,23 @@ typedef struct gs_node_desc {
 typedef struct gs_graph_info {
   // Nodes, graph inputs included.
   uint64_t num_nodes;
+  // Graph inputs: nodes without a kernel, bound to caller memory.
   uint64_t num_inputs;
+  // Distinct values marked as graph outputs.
   uint64_t num_outputs;
+  // Outputs of all nodes, graph inputs' values included.
   uint64_t num_values;
   // Input slots over all nodes (a node that reads a value twice counts two edges).
   uint64_t num_edges;
   // Operator nodes on the critical path.
   uint64_t critical_path_nodes;
-  // Longest estimated path through the graph.
+  // Longest estimated path through the graph, in nanoseconds.
   uint64_t critical_path_ns;
-  // Sum of all nodes' estimated durations.
+  // Sum of all nodes' estimated durations, in nanoseconds.
   uint64_t total_work_ns;
-  // Sum of all statically sized values.
+  // Bytes of all statically sized values, graph inputs included.
   uint64_t static_bytes;
-  // Largest inputs + outputs of one node: no order or placement can need less memory.
+  // Largest inputs + outputs of one node, in bytes: no order or placement can need less memory.
   uint64_t node_lower_bound_bytes;
 } gs_graph_info;
 
@@ -385,7 +390,9 @@ typedef struct gs_run_options {
 
 // Figures of one run. (C: `gs_run_stats`).
 typedef struct gs_run_stats {
+  // Wall-clock duration of the run, in nanoseconds.
   uint64_t wall_ns;
+  // Operator nodes executed (graph inputs are not run).
   uint64_t nodes_run;
   // Most bytes this run's values held at once (graph inputs, which the caller owns, excluded).
   uint64_t peak_live_bytes;
@@ -420,6 +427,7 @@ typedef struct gs_sim_result {
   // ancestors' work / threads plus its longest path (and the mirror), whichever is largest
   // (src/sched/bound.rs).
   uint64_t makespan_lb_ns;
+  // Longest path of estimates.
   uint64_t critical_path_ns;
   // Sum of all estimates.
   uint64_t work_ns;

@@ -4,8 +4,8 @@
 //!
 //! A kernel reads its inputs and writes its outputs through the context. Statically sized outputs
 //! arrive allocated; a dynamic output is allocated by the kernel with its real size
-//! ([`KernelCtx::alloc_output`]), through the run ([`DynamicOutputs`]), which applies the memory
-//! limit and counts the block.
+//! ([`KernelCtx::alloc_output`]), through the run (the crate's `DynamicOutputs` trait), which
+//! applies the memory limit and counts the block.
 //!
 //! ```
 //! use graphsched::{GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
@@ -174,6 +174,7 @@ impl KernelCtx<'_> {
 /// A buffer the run handed to a node: where it is and how many bytes are usable.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Buffer {
+    /// Start of the block; null for none (a dynamic output not allocated yet, [`Buffer::NONE`]).
     pub ptr: *mut c_void,
     /// Bytes of the value: what the run accounts for.
     pub capacity: usize,
@@ -183,6 +184,7 @@ pub(crate) struct Buffer {
 }
 
 impl Buffer {
+    /// No buffer: a null pointer and no bytes.
     pub const NONE: Buffer = Buffer {
         ptr: std::ptr::null_mut(),
         capacity: 0,

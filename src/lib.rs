@@ -38,6 +38,8 @@
 //! assert!(result.output_bytes(ValueRef::new(fill, 0)).unwrap().iter().all(|&x| x == 7));
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod exec;
 pub mod ffi;

@@ -31,7 +31,8 @@ pub struct InputBinding<'a> {
     _data: PhantomData<&'a [u8]>,
 }
 
-/// Where the descriptor sits in an [`InputBinding`]: the C API relies on it.
+/// Where the descriptor sits in an [`InputBinding`], in bytes from its start: the C API relies
+/// on it.
 pub const INPUT_BINDING_TENSOR_OFFSET: usize = std::mem::offset_of!(InputBinding<'static>, tensor);
 
 impl<'a> InputBinding<'a> {
@@ -85,6 +86,7 @@ pub struct RunOptions<'a> {
     /// Run on these threads, by priority; `None`: on the calling thread alone, in topological
     /// order (policy and window do not apply).
     pub executor: Option<&'a Executor>,
+    /// Which ready node runs first on an executor (default: [`Policy::BottomLevel`]).
     pub policy: Policy,
     /// Most nodes of this run executing at once; 0: as many as the executor has threads.
     pub window: usize,
@@ -118,6 +120,7 @@ pub struct CancelToken {
 }
 
 impl CancelToken {
+    /// A token not cancelled yet. Share it by reference (it is `Sync`) or in an `Arc`.
     pub fn new() -> Self {
         CancelToken::default()
     }
@@ -127,6 +130,7 @@ impl CancelToken {
         !self.cancelled.swap(true, std::sync::atomic::Ordering::AcqRel)
     }
 
+    /// Whether [`cancel`](Self::cancel) has been called, by any thread.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(std::sync::atomic::Ordering::Acquire)
     }
@@ -136,7 +140,9 @@ impl CancelToken {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunStats {
+    /// Wall-clock duration of the run, in nanoseconds.
     pub wall_ns: u64,
+    /// Operator nodes executed (graph inputs are not run).
     pub nodes_run: u64,
     /// Most bytes this run's values held at once (graph inputs, which the caller owns, excluded).
     pub peak_live_bytes: u64,
@@ -151,7 +157,8 @@ pub struct RunStats {
     pub busy_ns: u64,
 }
 
-/// The graph outputs of a successful run. Dropping it returns their buffers to the pool.
+/// The graph outputs of a successful run. It owns their buffers and keeps the graph and pool
+/// alive; dropping it returns the buffers to the pool. `Send + Sync`: outputs are read-only.
 pub struct RunResult {
     graph: Arc<Graph>,
     pool: Arc<Pool>,
@@ -217,6 +224,7 @@ impl RunResult {
         Ok(unsafe { std::slice::from_raw_parts(t.data as *const u8, t.nbytes) })
     }
 
+    /// The run's figures.
     pub fn stats(&self) -> RunStats {
         self.stats
     }

@@ -9,12 +9,20 @@ use super::compiled::Graph;
 use super::{Kernel, OutputSize, ValueRef, MAX_NODE_PORTS, MAX_VALUE_BYTES};
 use crate::error::{err, ErrorKind, Result};
 
-/// Everything that describes one node to [`GraphBuilder::add_node`].
+/// Everything that describes one node to [`GraphBuilder::add_node`]. Built with [`NodeDesc::new`]
+/// and the chained setters; the builder checks it whole.
 pub struct NodeDesc {
+    /// Unique among the graph's nodes, non-empty, without NUL bytes; messages name the node by it.
     pub name: String,
+    /// Operator type, e.g. "Conv", without NUL bytes: nodes of one type share learned durations.
     pub op_type: String,
+    /// Called once per run of the node, on whichever thread runs it; the graph owns it and runs
+    /// share it, hence `Send + Sync`.
     pub kernel: Kernel,
+    /// The values the node reads, one per input slot (a value may fill two slots); they may name
+    /// nodes added later.
     pub inputs: Vec<ValueRef>,
+    /// One size per output; at least one output.
     pub outputs: Vec<OutputSize>,
     /// Expected duration in nanoseconds; `None` uses the learned or default estimate.
     pub estimate_ns: Option<u64>,
@@ -27,6 +35,7 @@ pub struct NodeDesc {
 }
 
 impl NodeDesc {
+    /// A node with no inputs, no outputs yet (add at least one), no estimate and no flags.
     pub fn new(name: impl Into<String>, op_type: impl Into<String>, kernel: Kernel) -> Self {
         NodeDesc {
             name: name.into(),
@@ -46,26 +55,31 @@ impl NodeDesc {
         self
     }
 
+    /// Appends an input slot reading `value`.
     pub fn input(mut self, value: ValueRef) -> Self {
         self.inputs.push(value);
         self
     }
 
+    /// Appends an output of `nbytes` bytes (at least 1).
     pub fn output(mut self, nbytes: usize) -> Self {
         self.outputs.push(OutputSize::Bytes(nbytes));
         self
     }
 
+    /// Appends an output the kernel allocates with its real size ([`OutputSize::Dynamic`]).
     pub fn dynamic_output(mut self) -> Self {
         self.outputs.push(OutputSize::Dynamic);
         self
     }
 
+    /// Sets the expected duration, in nanoseconds; it overrides what runs learn for the op type.
     pub fn estimate_ns(mut self, ns: u64) -> Self {
         self.estimate_ns = Some(ns);
         self
     }
 
+    /// Asks for every output buffer to be cleared before the kernel runs.
     pub fn zero_output(mut self) -> Self {
         self.zero_output = true;
         self
@@ -105,6 +119,8 @@ impl Default for GraphBuilder {
 }
 
 impl GraphBuilder {
+    /// An empty builder. Not thread-safe to share while adding (`&mut self`); the [`Graph`] it
+    /// finalizes is.
     pub fn new() -> Self {
         GraphBuilder {
             names: Vec::new(),
@@ -130,19 +146,22 @@ impl GraphBuilder {
         self.names.len() as u32
     }
 
+    /// The id of the node named `name`, if one was added.
     pub fn find_node(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }
 
+    /// The name of node `node` as a C string, borrowed from the builder.
     pub fn node_name_c(&self, node: u32) -> Option<&CStr> {
         self.names.get(node as usize).map(CString::as_c_str)
     }
 
+    /// Whether [`finalize`](Self::finalize) has succeeded: the builder then refuses changes.
     pub fn is_finalized(&self) -> bool {
         self.finalized
     }
 
-    /// Adds a graph input of `nbytes`, bound to caller memory at run time.
+    /// Adds a graph input of `nbytes` bytes, bound to caller memory at run time; its value is output 0.
     pub fn add_input(&mut self, name: &str, nbytes: usize) -> Result<ValueRef> {
         self.check_open()?;
         let name = self.check_name(name, "graph input")?;

@@ -18,20 +18,23 @@ use super::{Kernel, OutputSize, ValueRef};
 pub struct GraphInfo {
     /// Nodes, graph inputs included.
     pub num_nodes: u64,
+    /// Graph inputs: nodes without a kernel, bound to caller memory.
     pub num_inputs: u64,
+    /// Distinct values marked as graph outputs.
     pub num_outputs: u64,
+    /// Outputs of all nodes, graph inputs' values included.
     pub num_values: u64,
     /// Input slots over all nodes (a node that reads a value twice counts two edges).
     pub num_edges: u64,
     /// Operator nodes on the critical path.
     pub critical_path_nodes: u64,
-    /// Longest estimated path through the graph.
+    /// Longest estimated path through the graph, in nanoseconds.
     pub critical_path_ns: u64,
-    /// Sum of all nodes' estimated durations.
+    /// Sum of all nodes' estimated durations, in nanoseconds.
     pub total_work_ns: u64,
-    /// Sum of all statically sized values.
+    /// Bytes of all statically sized values, graph inputs included.
     pub static_bytes: u64,
-    /// Largest inputs + outputs of one node: no order or placement can need less memory.
+    /// Largest inputs + outputs of one node, in bytes: no order or placement can need less memory.
     pub node_lower_bound_bytes: u64,
 }
 
@@ -95,7 +98,7 @@ impl Graph {
         self.id
     }
 
-    /// "graph #3 (12 nodes, first 'conv1')": enough to tell two graphs apart in a message.
+    /// "graph #3 (12 nodes, first operator 'conv1')": enough to tell two graphs apart in a message.
     pub fn describe(&self) -> String {
         let first = (0..self.node_count() as u32)
             .find(|&n| !self.is_graph_input(n))
@@ -136,18 +139,23 @@ impl Graph {
             .expect("one scheduling state type per graph")
     }
 
+    /// Nodes, graph inputs included: node ids are `0..node_count()`.
     pub fn node_count(&self) -> usize {
         self.names.len()
     }
 
+    /// Values of all nodes: value indices are `0..value_count()`.
     pub fn value_count(&self) -> usize {
         self.value_sizes.len()
     }
 
+    /// The name the node was added with. Panics for a node id out of range, as every
+    /// per-node and per-value accessor here does.
     pub fn node_name(&self, node: u32) -> &str {
         self.names[node as usize].to_str().expect("names are UTF-8")
     }
 
+    /// The name as a C string, living as long as the graph (the C API hands it out).
     pub fn node_name_c(&self, node: u32) -> &CStr {
         &self.names[node as usize]
     }
@@ -168,10 +176,12 @@ impl Graph {
         }
     }
 
+    /// The id of the node named `name`.
     pub fn find_node(&self, name: &str) -> Option<u32> {
         self.by_name.get(name).copied()
     }
 
+    /// Whether `node` is a graph input: no kernel, its value bound to caller memory per run.
     pub fn is_graph_input(&self, node: u32) -> bool {
         self.kernels[node as usize].is_none()
     }
@@ -180,6 +190,7 @@ impl Graph {
         self.kernels[node as usize].as_ref()
     }
 
+    /// Whether the node's output buffers are cleared before its kernel runs.
     pub fn zero_output(&self, node: u32) -> bool {
         self.zero_output[node as usize]
     }
@@ -222,20 +233,23 @@ impl Graph {
         &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
     }
 
+    /// The value's size: static bytes or dynamic.
     pub fn value_size(&self, value: u32) -> OutputSize {
         self.value_sizes[value as usize]
     }
 
+    /// The node whose output the value is.
     pub fn value_producer(&self, value: u32) -> u32 {
         self.value_node[value as usize]
     }
 
+    /// The caller's name of value index `value`: (producer, output index).
     pub fn value_ref(&self, value: u32) -> ValueRef {
         let node = self.value_node[value as usize];
         ValueRef::new(node, value - self.value_start[node as usize])
     }
 
-    /// Index of a value, if it exists.
+    /// Index of a value, if its node has that output. `v.node` must be a node of the graph.
     pub fn value_index(&self, v: ValueRef) -> Option<u32> {
         let range = self.node_values(v.node).clone();
         (v.output < range.end - range.start).then_some(range.start + v.output)
@@ -246,6 +260,7 @@ impl Graph {
         self.consumers[value as usize]
     }
 
+    /// Whether the value was marked as a graph output: it outlives the run, in its result.
     pub fn is_graph_output(&self, value: u32) -> bool {
         self.is_output[value as usize]
     }

@@ -3,6 +3,10 @@
 
 use super::Graph;
 
+/// The strict ancestors of every node of a DAG: one bitset row of `n` bits per node. Immutable
+/// once built; its users keep it to graphs of thousands of nodes
+/// ([`MAX_EXACT_NODES`](crate::sched::MAX_EXACT_NODES),
+/// [`MAX_PARALLEL_SAFE_NODES`](crate::plan::MAX_PARALLEL_SAFE_NODES)).
 pub struct Ancestors {
     words: usize,
     bits: Vec<u64>,

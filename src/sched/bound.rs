@@ -25,6 +25,7 @@ pub const MAX_EXACT_NODES: usize = 8192;
 /// Which term of the bound binds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BoundTerm {
+    /// The longest chain of estimates.
     CriticalPath,
     /// All the work spread over the threads.
     Work,
@@ -34,12 +35,16 @@ pub enum BoundTerm {
     After(u32),
 }
 
-/// A lower bound on the makespan for one thread count.
+/// A lower bound on the makespan for one thread count, in estimated nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MakespanBound {
+    /// The bound: the largest term.
     pub makespan_lb_ns: u64,
+    /// The term that gave it (the first found on ties, critical path first).
     pub binding: BoundTerm,
+    /// The critical-path term.
     pub critical_path_ns: u64,
+    /// All the work, not divided by the threads.
     pub work_ns: u64,
 }
 

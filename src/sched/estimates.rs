@@ -24,7 +24,8 @@ pub const SAMPLE_EVERY: u64 = 8;
 
 /// The scheduler's per-graph state.
 struct Learned {
-    /// Per op type: an exponential moving average of measured durations, 0 until the first.
+    /// Per op type: an exponential moving average of measured durations, in ns; 0 until the
+    /// first, at least 1 after (so 0 always means "nothing learned yet").
     /// Relaxed: each is a self-contained number and no other memory is published through it;
     /// a lost update between racing runs only delays learning.
     op_ns: Vec<AtomicU64>,

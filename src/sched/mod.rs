@@ -1,16 +1,41 @@
-//! Scheduling policy: which ready node should run first. The executor (`exec`) and the simulator
-//! (`sim`) both read it; neither decides priorities on its own.
+//! Scheduling policy: which ready node should run first, and which may start under a memory limit.
+//! The executor (`exec`) and the simulator (`sim`) both read it; neither decides on its own.
 //!
 //! Two list orders, from the estimated durations. The default, [`Policy::BottomLevel`], runs the
-//! node with the longest path still ahead of it (its *bottom level*) first. [`Policy::CriticalPath`]
-//! runs the node with the least *slack* first: how long it may wait without stretching the
-//! critical path (0 on it). Ties go to the shorter node, then to the earlier one in topological
-//! order. Against the tight makespan bound ([`MakespanBound`]), bottom level first was better on
-//! 164 and worse on 2 of 200 random DAGs at 2 threads, and as good or better on the seed
-//! pipelines and real graphs (BENCHMARKS.md). The executor works with priority *bands*: band 0
-//! holds the critical path, band k > 0 nodes whose slack (or shortfall of bottom level) is at most
-//! 2^(k - BANDS + 1) of the critical path, so the bands resolve small differences finely and
-//! large ones coarsely.
+//! node with the longest path still ahead of it (its *bottom level*) first.
+//! [`Policy::CriticalPath`] runs the node with the least *slack* first: how long it may wait
+//! without stretching the critical path (0 on it). Ties go to the shorter node, then to the earlier
+//! one in topological order, so no two nodes share a rank. Against the tight makespan bound
+//! ([`MakespanBound`]), bottom level first was better on 164 and worse on 2 of 200 random DAGs at 2
+//! threads, and as good or better on the seed pipelines and real graphs (BENCHMARKS.md). The
+//! executor works with priority *bands*: band 0 holds the critical path, band k > 0 nodes whose
+//! slack (or shortfall of bottom level) is at most 2^(k - BANDS + 1) of the critical path, so the
+//! bands resolve small differences finely and large ones coarsely.
+//!
+//! [`Graph::priorities`] gives the [`Priorities`] of the current estimates: a pure function of
+//! the graph and them, immutable, shared through an `Arc`, replaced (never changed) when learned
+//! durations move by more than a fifth, so a run keeps the ones it started with. Drivers read
+//! [`ranks`](Priorities::ranks), [`band`](Priorities::band) and
+//! [`continuation`](Priorities::continuation); [`Admission`], one per run, is the memory rule.
+//!
+//! ```
+//! use graphsched::sched::{BoundTerm, Policy};
+//! use graphsched::{GraphBuilder, NodeDesc, ValueRef};
+//!
+//! let op = |name: &str, ns| NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(8).estimate_ns(ns);
+//! let mut b = GraphBuilder::new();
+//! let a = b.add_node(op("a", 10)).unwrap();
+//! let c = b.add_node(op("c", 5)).unwrap();
+//! let d = b.add_node(op("d", 20).input(ValueRef::new(a, 0))).unwrap();
+//! let g = b.finalize().unwrap();
+//! let p = g.priorities();
+//! assert_eq!(g.critical_path(), [a, d]);
+//! assert_eq!(p.ranks(Policy::BottomLevel)[c as usize], 2, "5 ns ahead of c: last");
+//! assert_eq!((p.band(Policy::BottomLevel, a), p.band(Policy::BottomLevel, c)), (0, 15));
+//! let two = p.makespan_bound(2);
+//! assert_eq!((two.makespan_lb_ns, two.binding), (30, BoundTerm::CriticalPath));
+//! assert_eq!(p.makespan_bound(1).binding, BoundTerm::Work, "35 ns on one thread");
+//! ```
 
 use crate::graph::Graph;
 
@@ -39,23 +64,32 @@ pub enum Policy {
     BottomLevel,
 }
 
-/// Priorities of every node of a graph under one set of estimates.
+/// Priorities of every node of a graph under one set of estimates, all per node id and in
+/// nanoseconds unless said otherwise. Immutable; runs share one through [`Graph::priorities`].
 pub struct Priorities {
     /// Estimated duration of each node (0 for graph inputs).
     pub weight: Vec<u64>,
+    /// Longest path from the node's start to the end of the graph, the node included.
     pub bottom_level: Vec<u64>,
+    /// Longest path into the node: its earliest start on unlimited threads.
     pub top_level: Vec<u64>,
+    /// How much later than its top level the node may start without stretching the critical
+    /// path: `critical_path_ns - top_level - bottom_level`, 0 on a longest path.
     pub slack: Vec<u64>,
+    /// Length of the longest path.
     pub critical_path_ns: u64,
     /// Operator nodes of one longest path, in execution order.
     pub critical_path: Vec<u32>,
+    /// Sum of all estimates: what one thread takes.
     pub total_work_ns: u64,
     /// Position of each node in priority order (critical path first): lower runs first.
     pub rank: Vec<u32>,
+    /// Queue band under [`Policy::CriticalPath`], below [`BANDS`]: 0 for no slack, higher for more.
     pub band: Vec<u8>,
     /// The same for [`Policy::BottomLevel`]: position in highest-bottom-level-first order, and
     /// bands by how far the bottom level falls short of the critical path.
     pub rank_by_level: Vec<u32>,
+    /// Queue band under [`Policy::BottomLevel`], below [`BANDS`].
     pub band_by_level: Vec<u8>,
     /// Per node: operator inputs not yet produced at the start of a run (graph inputs are
     /// bound before it starts).
@@ -78,6 +112,8 @@ pub struct Priorities {
 }
 
 impl Priorities {
+    /// Computes every figure from `g`'s current estimates: linear in nodes and edges, plus the
+    /// sorts. Runs call [`Graph::priorities`] instead, which caches the result.
     pub fn compute(g: &Graph) -> Priorities {
         let n = g.node_count();
         let weight: Vec<u64> = (0..n as u32).map(|v| g.expected_ns(v)).collect();
@@ -233,6 +269,7 @@ impl Priorities {
         }
     }
 
+    /// Consumers of `node`, one per input slot, in critical-path order whatever the policy.
     pub fn successors(&self, node: u32) -> &[u32] {
         &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
     }

@@ -1,19 +1,39 @@
 //! Simulated runs: the policy of [`crate::sched`] driven by a virtual clock instead of threads,
 //! so that "what would 8 or 64 cores do" has a deterministic answer on any machine.
 //!
-//! The model mirrors a real run. A node takes its estimated duration ([`crate::sched::Priorities::weight`]) and
-//! becomes ready when all its operator inputs are done (graph inputs are done at time 0); whenever
-//! a thread is free, the ready node the policy prefers starts. Its static outputs become live when
-//! it starts and are released when their last consumer finishes, or when it finishes if nobody
-//! reads them; graph outputs stay. Under a memory limit a ready node starts only if its outputs
-//! fit and the executor's admission rule ([`crate::sched::Admission`]) lets it, and a less
-//! critical node that may start goes ahead of one that may not.
+//! The model mirrors a real run. A node takes its estimated duration
+//! ([`Priorities::weight`](crate::sched::Priorities::weight)) and becomes ready when all its
+//! operator inputs are done (graph inputs are done at time 0); whenever a thread is free, the
+//! ready node the policy prefers starts. Its static outputs become live when it starts and are
+//! released when their last consumer finishes, or when it finishes if nobody reads them; graph
+//! outputs stay. Under a memory limit a ready node starts only if its outputs fit and the
+//! executor's admission rule ([`crate::sched::Admission`]) lets it, and a less critical node that
+//! may start goes ahead of one that may not. Kernels never run and nothing is allocated.
+//!
+//! What holds for every result: the same graph, estimates and options give the same figures;
+//! `makespan_lb_ns <= makespan_ns`; `peak_live_bytes` stays within the limit; one thread and no
+//! limit take exactly the total work.
 //!
 //! Cost: O((n + e) log n). Running nodes sit in a heap keyed by finish time. Ready nodes sit in a
 //! min-tree over policy order (rank, or readiness sequence under FIFO) holding the bytes each one
 //! needs, so "the most critical ready node that fits" is one descent even under a memory limit,
 //! where a heap would have to pop and re-push the nodes that do not fit.
-
+//!
+//! ```
+//! use graphsched::{simulate, GraphBuilder, NodeDesc, SimOptions};
+//!
+//! let mut b = GraphBuilder::new();
+//! for i in 0..4 {
+//!     b.add_node(NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).output(64).estimate_ns(10))
+//!         .unwrap();
+//! }
+//! let g = b.finalize().unwrap();
+//! let two = SimOptions { threads: 2, ..SimOptions::default() };
+//! let r = simulate(&g, &two).unwrap();
+//! assert_eq!((r.makespan_ns, r.makespan_lb_ns, r.peak_live_bytes), (20, 20, 128), "two waves");
+//! let tight = simulate(&g, &SimOptions { memory_limit_bytes: 64, ..two }).unwrap();
+//! assert_eq!((tight.makespan_ns, tight.peak_live_bytes), (40, 64), "one node at a time");
+//! ```
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -29,6 +49,8 @@ use ready::{ReadySet, FITS_ANY};
 pub struct SimOptions {
     /// Worker threads; at least 1.
     pub threads: usize,
+    /// Which ready node starts first. The default here is [`Policy::CriticalPath`], not
+    /// `Policy::default()`.
     pub policy: Policy,
     /// Most nodes in flight at once; 0 means `threads` (the cap is the smaller of the two).
     pub window: usize,
@@ -58,6 +80,7 @@ pub struct SimResult {
     /// ancestors' work / threads plus its longest path (and the mirror), whichever is largest
     /// (src/sched/bound.rs).
     pub makespan_lb_ns: u64,
+    /// Longest path of estimates.
     pub critical_path_ns: u64,
     /// Sum of all estimates.
     pub work_ns: u64,
@@ -69,7 +92,8 @@ pub struct SimResult {
     pub utilization: f64,
 }
 
-/// Simulates one run of `graph` under `options` with the graph's current estimates.
+/// Simulates one run of `graph` under `options` with the graph's current estimates. Reads the
+/// graph only: safe from any thread, alongside real runs of it.
 ///
 /// Fails with [`ErrorKind::InvalidArgument`] when `threads` is 0, and with
 /// [`ErrorKind::MemoryLimit`] when a node's outputs can never fit: larger than the limit, or

@@ -71,13 +71,13 @@ impl<'g> ReadySet<'g> {
         Some(i - self.leaves)
     }
 
-    /// Removes the node in `slot`: (node, bytes its outputs need).
     /// Returns a node [`take`](Self::take) took to its slot.
     pub(super) fn put_back(&mut self, slot: usize, node: u32, bytes: u64) {
         self.node_at[slot] = node;
         self.set(slot, bytes);
     }
 
+    /// Removes the node in `slot`: (node, bytes its outputs need).
     pub(super) fn take(&mut self, slot: usize) -> (u32, u64) {
         let bytes = self.tree[self.leaves + slot];
         self.set(slot, EMPTY);
