@@ -268,3 +268,23 @@ fn the_reported_critical_path_follows_learned_estimates() {
     assert_eq!(info.critical_path_nodes, 2);
     assert_eq!(info.critical_path_ns, g.expected_ns(s) + g.expected_ns(join));
 }
+
+/// Graph inputs live in the caller's memory: the memory-aware order gains nothing by being the
+/// last reader of one, and starts the node that allocates less.
+#[test]
+fn the_memory_aware_order_ignores_graph_inputs() {
+    let mut b = GraphBuilder::new();
+    let x = b.add_input("x", 1000).unwrap();
+    let r = b.add_node(NodeDesc::new("r", "Op", noop()).output(2000)).unwrap();
+    let q = b.add_node(NodeDesc::new("q", "Op", noop()).input(x).input(v(r)).output(300)).unwrap();
+    let p = b.add_node(NodeDesc::new("p", "Op", noop()).input(v(r)).output(100)).unwrap();
+    let join = b.add_node(node("join", &[v(p), v(q)], 1)).unwrap();
+    b.mark_output(v(join)).unwrap();
+    let g = b.finalize().unwrap();
+    let order = graphsched::graph::memory::memory_aware_order(&g);
+    let at = |n: u32| order.iter().position(|&o| o == n).unwrap();
+    assert!(at(p) < at(q), "order {order:?}: p allocates 100 bytes, q 300");
+    assert_eq!(g.value_index(ValueRef::new(99, 0)), None, "a node that does not exist");
+    assert_eq!(g.value_index(ValueRef::new(q, 1)), None, "an output q does not have");
+    assert!(g.value_index(ValueRef::new(q, 0)).is_some());
+}

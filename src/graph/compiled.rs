@@ -249,9 +249,12 @@ impl Graph {
         ValueRef::new(node, value - self.value_start[node as usize])
     }
 
-    /// Index of a value, if its node has that output. `v.node` must be a node of the graph.
+    /// Index of a value, if it exists (its node does, and has that output).
     pub fn value_index(&self, v: ValueRef) -> Option<u32> {
-        let range = self.node_values(v.node).clone();
+        if v.node as usize >= self.node_count() {
+            return None;
+        }
+        let range = self.node_values(v.node);
         (v.output < range.end - range.start).then_some(range.start + v.output)
     }
 

@@ -134,9 +134,14 @@ pub fn memory_aware_order(graph: &Graph) -> Vec<u32> {
     let mut ready: Vec<u32> = (0..n as u32).filter(|&v| pending[v as usize] == 0).collect();
     let mut order = Vec::with_capacity(n);
     let topo_pos = graph.topological_positions();
+    // Graph inputs live in the caller's memory: neither binding nor dropping one moves the count.
+    let held = |val: u32| match graph.is_graph_input(graph.value_producer(val)) {
+        true => 0,
+        false => value_bytes(graph, val) as i64,
+    };
     while !ready.is_empty() {
         let score = |v: u32| -> (i64, u32) {
-            let allocates: i64 = graph.node_values(v).map(|val| value_bytes(graph, val) as i64).sum();
+            let allocates: i64 = graph.node_values(v).map(held).sum();
             let mut frees = 0i64;
             let mut seen: Vec<u32> = Vec::new();
             for &val in graph.node_inputs(v) {
@@ -146,7 +151,7 @@ pub fn memory_aware_order(graph: &Graph) -> Vec<u32> {
                 seen.push(val);
                 let uses = graph.node_inputs(v).iter().filter(|&&x| x == val).count() as u32;
                 if readers_left[val as usize] == uses && !graph.is_graph_output(val) {
-                    frees += value_bytes(graph, val) as i64;
+                    frees += held(val);
                 }
             }
             (allocates - frees, topo_pos[v as usize])

@@ -49,8 +49,7 @@ use ready::{ReadySet, FITS_ANY};
 pub struct SimOptions {
     /// Worker threads; at least 1.
     pub threads: usize,
-    /// Which ready node starts first. The default here is [`Policy::CriticalPath`], not
-    /// `Policy::default()`.
+    /// Which ready node starts first; the default is the runs' default, `Policy::default()`.
     pub policy: Policy,
     /// Most nodes in flight at once; 0 means `threads` (the cap is the smaller of the two).
     pub window: usize,
@@ -59,11 +58,11 @@ pub struct SimOptions {
 }
 
 impl Default for SimOptions {
-    /// One thread, critical path first, no window or memory limit: the serial baseline.
+    /// One thread, the default policy, no window or memory limit: the serial baseline.
     fn default() -> Self {
         SimOptions {
             threads: 1,
-            policy: Policy::CriticalPath,
+            policy: Policy::default(),
             window: 0,
             memory_limit_bytes: 0,
         }
