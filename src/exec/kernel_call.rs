@@ -106,76 +106,77 @@ impl RunState<'_> {
         buffers.clear();
         *taken = None;
         let mut in_place_output = None;
+        // Each output's buffer, in the first way that applies: the input it takes over, its
+        // slice of the plan's arena, a block of the thread's cache, a block of the pool. A
+        // dynamic output has none until the kernel allocates it.
         for v in values.clone() {
-            let mut buffer = Buffer::NONE;
-            if let OutputSize::Bytes(n) = g.value_size(v) {
-                if let Some(input) = self.take_over(node, v - values.start, n) {
+            let k = (v - values.start) as usize;
+            let placed: Result<Buffer> = 'placed: {
+                let OutputSize::Bytes(n) = g.value_size(v) else {
+                    break 'placed Ok(Buffer::NONE);
+                };
+                if let Some(input) = self.take_over(node, k as u32, n) {
                     // SAFETY: the producer of `input` finished, and this node is its last reader.
                     let held = unsafe { (*self.slots[input as usize].get()).buffer };
-                    buffer = Buffer {
+                    *taken = Some(input);
+                    in_place_output = Some(k);
+                    break 'placed Ok(Buffer {
                         ptr: held.ptr,
                         capacity: n,
                         block: held.block,
-                    };
-                    *taken = Some(input);
-                    in_place_output = Some((v - values.start) as usize);
-                    buffers.push(buffer);
-                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-                    continue;
+                    });
                 }
-                if let Some(offset) = self.plan.and_then(|p| p.offset(v)) {
+                let (buffer, cleared) = if let Some(offset) = self.plan.and_then(|p| p.offset(v)) {
                     if self.plan.is_some_and(|p| p.alias_of(v).is_some()) {
-                        in_place_output = Some((v - values.start) as usize);
+                        in_place_output = Some(k);
                     }
-                    buffer = Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n);
-                    if g.zero_output(node) {
-                        // SAFETY: the plan gives this value `n` bytes of the arena, which no value
-                        // live at the same time overlaps.
-                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                    // The plan gives this value `n` bytes of the arena, which no value live at the
+                    // same time overlaps.
+                    (Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n), false)
+                } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
+                    match self.refill(cache, n) {
+                        Ok(refills) => *acquires += refills,
+                        Err(e) => break 'placed Err(e),
                     }
-                    buffers.push(buffer);
-                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-                    continue;
-                }
-                if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
-                    *acquires += self.refill(cache, n)?;
                     let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
-                    buffer = cache.blocks.swap_remove(i);
+                    let buffer = cache.blocks.swap_remove(i);
                     sanitize::reveal(buffer.ptr.cast(), n);
-                    if g.zero_output(node) {
-                        // SAFETY: the cached block holds `n` bytes and is this node's alone.
-                        unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                    (buffer, false)
+                } else {
+                    let until = g.release_tick(v).map_or(NEVER, u64::from);
+                    match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
+                        Ok(p) => {
+                            *acquires += 1;
+                            (Buffer::new(p.as_ptr().cast(), n), true)
+                        }
+                        Err(e) => break 'placed Err(e),
                     }
+                };
+                if g.zero_output(node) && !cleared {
+                    // SAFETY: the buffer holds `n` bytes and is this node's alone.
+                    unsafe { buffer.ptr.cast::<u8>().write_bytes(0, n) };
+                }
+                Ok(buffer)
+            };
+            match placed {
+                Ok(buffer) => {
                     buffers.push(buffer);
                     outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
-                    continue;
                 }
-                let until = g.release_tick(v).map_or(NEVER, u64::from);
-                match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
-                    Ok(p) => {
-                        *acquires += 1;
-                        buffer = Buffer::new(p.as_ptr().cast(), n)
-                    }
-                    Err(e) => {
-                        for (k, &b) in buffers.iter().enumerate() {
-                            if Some(k) != in_place_output {
-                                self.give_back(b);
-                            }
+                Err(e) => {
+                    // The outputs placed so far go back (a taken-over input stays its own).
+                    for (j, &b) in buffers.iter().enumerate() {
+                        if Some(j) != in_place_output {
+                            self.give_back(b);
                         }
-                        let k = v - values.start;
-                        return err(
-                            e.kind(),
-                            format!(
-                                "output {k} of node '{}' ({n} bytes): {}",
-                                g.node_name(node),
-                                e.message()
-                            ),
-                        );
                     }
+                    let n = g.value_size(v).bytes().unwrap_or(0);
+                    return err(
+                        e.kind(),
+                        format!("output {k} of node '{}' ({n} bytes): {}", g.node_name(node), e.message()),
+                    );
                 }
             }
-            buffers.push(buffer);
-            outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
         }
         inputs.clear();
         // SAFETY: every input's producer finished before this node became ready (module docs).

@@ -279,7 +279,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         &prio,
         StateOptions {
             memory_limit: options.memory_limit_bytes,
-            window: (options.window != 0 && options.window < threads).then_some(options.window as u32),
+            window: crate::sched::window_cap(options.window, threads).map(|w| w as u32),
             learn: !options.freeze_estimates,
             policy: options.policy,
             parallel: options.executor.is_some(),

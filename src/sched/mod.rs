@@ -283,6 +283,13 @@ impl Priorities {
     }
 }
 
+/// The window rule, for runs and simulations alike: a window of `window` nodes in flight caps
+/// a run on `threads` threads only if it is narrower (0: no window). `None`: no cap but the
+/// threads.
+pub fn window_cap(window: usize, threads: usize) -> Option<usize> {
+    (window != 0 && window < threads).then_some(window)
+}
+
 /// One longest path: from the first source on one, each step to the first successor that stays
 /// on it; graph inputs left out.
 fn critical_path(g: &Graph, weight: &[u64], top: &[u64], bottom: &[u64], length: u64) -> Vec<u32> {

@@ -104,10 +104,7 @@ pub fn simulate(graph: &Graph, options: &SimOptions) -> Result<SimResult> {
     let prio = graph.priorities();
     let n = graph.node_count();
     let limit = options.memory_limit_bytes;
-    let cap = match options.window {
-        0 => options.threads,
-        w => w.min(options.threads),
-    };
+    let cap = crate::sched::window_cap(options.window, options.threads).unwrap_or(options.threads);
     let value_bytes = |v: u32| match graph.value_size(v) {
         OutputSize::Bytes(b) => b as u64,
         OutputSize::Dynamic => 0,
