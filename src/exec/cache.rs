@@ -1,10 +1,12 @@
 //! Per-thread caches of small blocks in a parallel run: small outputs rarely take the pool's
-//! lock, which every thread contends for.
+//! lock, which every thread contends for. And how a run gives blocks back to the pool.
 
+use std::ptr::NonNull;
+
+use super::state::RunState;
+use crate::error::{ErrorKind, Result};
 use crate::kernel::Buffer;
-use super::state::{release_many, RunState};
-use crate::error::Result;
-use crate::pool::{sanitize, Owner};
+use crate::pool::{sanitize, Owner, Pool};
 
 /// A thread's small blocks at hand in one run, and the size that last missed with how many
 /// blocks its refill took.
@@ -63,6 +65,34 @@ impl RunState<'_> {
         for cell in self.caches.iter_mut() {
             let cache = std::mem::take(cell.get_mut());
             release_many(self.pool, cache.blocks);
+        }
+    }
+}
+
+/// Gives blocks back to the pool under one lock (a cache's surplus, a refill's leftovers).
+pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
+    let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
+    // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
+    match unsafe { pool.release_many(blocks, Owner::Run) } {
+        // As in `release`: every block is back, and the run has named the node at fault.
+        Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
+        other => other.expect("a run releases only blocks it acquired, once"),
+    }
+}
+
+/// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
+/// never from the pool) are skipped.
+pub(super) fn release(pool: &Pool, buffer: Buffer) {
+    if buffer.capacity == 0 {
+        return;
+    }
+    if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
+        // SAFETY: as in `release_many`.
+        match unsafe { pool.release_by(p, Owner::Run) } {
+            // A red zone overwritten: the block is back in the pool, and the run has already
+            // named the node that did it (see `check_red_zones`).
+            Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
+            other => other.expect("a run releases only blocks it acquired, once"),
         }
     }
 }

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use crate::kernel::Buffer;
 use super::executor::Executor;
-use super::state::{release, RunState, Scratch, Slot, StateOptions};
+use super::cache::release;
+use super::state::{RunState, Scratch, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
 use crate::plan::{Mode, Plan};

@@ -17,12 +17,11 @@
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::cache::{BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
+use super::cache::{release, release_many, BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
 use super::padded::CachePadded;
 use crate::kernel::Buffer;
 use super::gate::{Gate, GateInner};
@@ -570,34 +569,6 @@ impl Drop for RunState<'_> {
             self.give_back(buffer);
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
-    }
-}
-
-/// Gives blocks of the cache back to the pool, under one lock.
-pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
-    let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
-    // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
-    match unsafe { pool.release_many(blocks, Owner::Run) } {
-        // As in `release`: every block is back, and the run has named the node at fault.
-        Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
-        other => other.expect("a run releases only blocks it acquired, once"),
-    }
-}
-
-/// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
-/// never from the pool) are skipped.
-pub(super) fn release(pool: &Pool, buffer: Buffer) {
-    if buffer.capacity == 0 {
-        return;
-    }
-    if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
-        // SAFETY: as in `release_many`.
-        match unsafe { pool.release_by(p, Owner::Run) } {
-            // A red zone overwritten: the block is back in the pool, and the run has already
-            // named the node that did it (see `check_red_zones`).
-            Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
-            other => other.expect("a run releases only blocks it acquired, once"),
-        }
     }
 }
 
