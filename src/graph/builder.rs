@@ -6,6 +6,7 @@ use std::ffi::{CStr, CString};
 
 use super::compile::compile;
 use super::compiled::Graph;
+use super::nodes::NodeTable;
 use super::{Kernel, OutputSize, ValueRef, MAX_NODE_PORTS, MAX_VALUE_BYTES};
 use crate::error::{err, ErrorKind, Result};
 
@@ -89,26 +90,12 @@ impl NodeDesc {
 /// The mutable graph. Storage is flat (one array per field, CSR offsets for the variable-length
 /// ones) so that a million nodes cost a handful of allocations and `finalize` walks arrays.
 pub struct GraphBuilder {
-    pub(super) names: Vec<CString>,
-    pub(super) by_name: HashMap<String, u32>,
-    pub(super) op_types: Vec<CString>,
+    pub(super) nodes: NodeTable,
     pub(super) op_by_name: HashMap<String, u32>,
-    /// Per node: index into `op_types`; graph inputs use `u32::MAX`.
-    pub(super) op_of: Vec<u32>,
-    /// `None` marks a graph input.
-    pub(super) kernels: Vec<Option<Kernel>>,
-    pub(super) estimate_ns: Vec<Option<u64>>,
-    pub(super) zero_output: Vec<bool>,
-    /// Per node: `output << 16 | input` of an in-place pair, or `u32::MAX`.
-    pub(super) in_place: Vec<u32>,
-    /// Inputs of node `i` are `inputs[input_start[i]..input_start[i + 1]]`.
-    pub(super) input_start: Vec<u32>,
+    /// Inputs of node `i` are `inputs[input_start[i]..input_start[i + 1]]` (of `nodes`).
     pub(super) inputs: Vec<ValueRef>,
-    /// Values of node `i` are value indices `value_start[i]..value_start[i + 1]`.
-    pub(super) value_start: Vec<u32>,
-    pub(super) value_sizes: Vec<OutputSize>,
     pub(super) graph_outputs: Vec<ValueRef>,
-    finalized: bool,
+    finalized: bool
 }
 
 impl Default for GraphBuilder {
@@ -123,19 +110,9 @@ impl GraphBuilder {
     /// finalizes is.
     pub fn new() -> Self {
         GraphBuilder {
-            names: Vec::new(),
-            by_name: HashMap::new(),
-            op_types: Vec::new(),
+            nodes: NodeTable::default(),
             op_by_name: HashMap::new(),
-            op_of: Vec::new(),
-            kernels: Vec::new(),
-            estimate_ns: Vec::new(),
-            zero_output: Vec::new(),
-            in_place: Vec::new(),
-            input_start: vec![0],
             inputs: Vec::new(),
-            value_start: vec![0],
-            value_sizes: Vec::new(),
             graph_outputs: Vec::new(),
             finalized: false,
         }
@@ -143,17 +120,17 @@ impl GraphBuilder {
 
     /// Number of nodes added so far, graph inputs included; also the id the next node gets.
     pub fn node_count(&self) -> u32 {
-        self.names.len() as u32
+        self.nodes.names.len() as u32
     }
 
     /// The id of the node named `name`, if one was added.
     pub fn find_node(&self, name: &str) -> Option<u32> {
-        self.by_name.get(name).copied()
+        self.nodes.by_name.get(name).copied()
     }
 
     /// The name of node `node` as a C string, borrowed from the builder.
     pub fn node_name_c(&self, node: u32) -> Option<&CStr> {
-        self.names.get(node as usize).map(CString::as_c_str)
+        self.nodes.names.get(node as usize).map(CString::as_c_str)
     }
 
     /// Whether [`finalize`](Self::finalize) has succeeded: the builder then refuses changes.
@@ -235,7 +212,7 @@ impl GraphBuilder {
             &desc.inputs,
             &desc.outputs,
         )?;
-        *self.in_place.last_mut().expect("just pushed") = in_place;
+        *self.nodes.in_place.last_mut().expect("just pushed") = in_place;
         Ok(id)
     }
 
@@ -270,13 +247,13 @@ impl GraphBuilder {
                 format!("a {what} was given an empty name (node id {})", self.node_count()),
             );
         }
-        if let Some(&other) = self.by_name.get(name) {
+        if let Some(&other) = self.nodes.by_name.get(name) {
             return err(
                 ErrorKind::DuplicateName,
                 format!("{what} name '{name}' is already used by node {other}"),
             );
         }
-        if self.names.len() >= u32::MAX as usize - 1 {
+        if self.nodes.names.len() >= u32::MAX as usize - 1 {
             return err(
                 ErrorKind::SizeOverflow,
                 format!("cannot add {what} '{name}': the graph already has the most nodes allowed"),
@@ -294,8 +271,8 @@ impl GraphBuilder {
         if let Some(&id) = self.op_by_name.get(op_type) {
             return id;
         }
-        let id = self.op_types.len() as u32;
-        self.op_types
+        let id = self.nodes.op_types.len() as u32;
+        self.nodes.op_types
             .push(CString::new(op_type).expect("checked for NUL by the caller"));
         self.op_by_name.insert(op_type.to_owned(), id);
         id
@@ -313,7 +290,7 @@ impl GraphBuilder {
         outputs: &[OutputSize],
     ) -> Result<u32> {
         let id = self.node_count();
-        let values = self.value_sizes.len() + outputs.len();
+        let values = self.nodes.value_sizes.len() + outputs.len();
         let edges = self.inputs.len() + inputs.len();
         if values > u32::MAX as usize || edges > u32::MAX as usize {
             return err(
@@ -324,18 +301,18 @@ impl GraphBuilder {
                 ),
             );
         }
-        self.by_name
+        self.nodes.by_name
             .insert(name.to_str().expect("names come from &str").to_owned(), id);
-        self.names.push(name);
-        self.op_of.push(op);
-        self.kernels.push(kernel);
-        self.estimate_ns.push(estimate_ns);
-        self.zero_output.push(zero_output);
-        self.in_place.push(u32::MAX);
+        self.nodes.names.push(name);
+        self.nodes.op_of.push(op);
+        self.nodes.kernels.push(kernel);
+        self.nodes.estimate_ns.push(estimate_ns);
+        self.nodes.zero_output.push(zero_output);
+        self.nodes.in_place.push(u32::MAX);
         self.inputs.extend_from_slice(inputs);
-        self.input_start.push(edges as u32);
-        self.value_sizes.extend_from_slice(outputs);
-        self.value_start.push(values as u32);
+        self.nodes.input_start.push(edges as u32);
+        self.nodes.value_sizes.extend_from_slice(outputs);
+        self.nodes.value_start.push(values as u32);
         Ok(id)
     }
 }

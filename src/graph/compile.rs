@@ -11,9 +11,9 @@ use super::ValueRef;
 use crate::error::{err, ErrorKind, Result};
 
 pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
-    let n = b.names.len();
-    let name = |i: u32| b.names[i as usize].to_string_lossy().into_owned();
-    let values_of = |node: u32| b.value_start[node as usize]..b.value_start[node as usize + 1];
+    let n = b.nodes.names.len();
+    let name = |i: u32| b.nodes.names[i as usize].to_string_lossy().into_owned();
+    let values_of = |node: u32| b.nodes.value_start[node as usize]..b.nodes.value_start[node as usize + 1];
 
     // Resolve every input slot to a value index.
     let resolve = |v: ValueRef, who: &dyn Fn() -> String| -> Result<u32> {
@@ -45,12 +45,12 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     };
     let mut input_values = Vec::with_capacity(b.inputs.len());
     for node in 0..n as u32 {
-        let slots = b.input_start[node as usize] as usize..b.input_start[node as usize + 1] as usize;
+        let slots = b.nodes.input_start[node as usize] as usize..b.nodes.input_start[node as usize + 1] as usize;
         for (k, &v) in b.inputs[slots].iter().enumerate() {
             input_values.push(resolve(v, &|| format!("input {k} of node '{}'", name(node)))?);
         }
     }
-    let num_values = b.value_sizes.len();
+    let num_values = b.nodes.value_sizes.len();
     let mut value_node = vec![0u32; num_values];
     for node in 0..n as u32 {
         for v in values_of(node) {
@@ -68,7 +68,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     }
 
     let producer = |slot: usize| value_node[input_values[slot] as usize];
-    let topo = topological_order(n, &b.input_start, &producer).map_err(|cycle| {
+    let topo = topological_order(n, &b.nodes.input_start, &producer).map_err(|cycle| {
         let path: Vec<String> = cycle.iter().map(|&i| format!("'{}'", name(i))).collect();
         crate::error::Error::new(ErrorKind::Cycle, format!("the graph has a cycle: {}", shorten(&path)))
     })?;
@@ -86,7 +86,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     let mut fill = succ_start.clone();
     let mut succ = vec![0u32; input_values.len()];
     for node in 0..n {
-        for slot in b.input_start[node] as usize..b.input_start[node + 1] as usize {
+        for slot in b.nodes.input_start[node] as usize..b.nodes.input_start[node + 1] as usize {
             let p = producer(slot) as usize;
             succ[fill[p] as usize] = node as u32;
             fill[p] += 1;
@@ -99,7 +99,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     for (i, &v) in topo.iter().enumerate() {
         position[v as usize] = i as u32;
     }
-    let inputs_of = |node: usize| &input_values[b.input_start[node] as usize..b.input_start[node + 1] as usize];
+    let inputs_of = |node: usize| &input_values[b.nodes.input_start[node] as usize..b.nodes.input_start[node + 1] as usize];
     let mut release_tick: Vec<u32> = value_node.iter().map(|&p| position[p as usize]).collect();
     for (node, &at) in position.iter().enumerate() {
         for &v in inputs_of(node) {
@@ -113,7 +113,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     }
 
     // Memory figures: the static total, and the largest single node (distinct inputs + outputs).
-    let size = |v: u32| b.value_sizes[v as usize].bytes().unwrap_or(0) as u64;
+    let size = |v: u32| b.nodes.value_sizes[v as usize].bytes().unwrap_or(0) as u64;
     let static_bytes = (0..num_values as u32).map(size).fold(0u64, u64::saturating_add);
     let mut seen_by = vec![u32::MAX; num_values];
     let mut node_lower_bound_bytes = 0u64;
@@ -128,7 +128,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         node_lower_bound_bytes = node_lower_bound_bytes.max(bytes);
     }
 
-    let graph_inputs: Vec<u32> = (0..n as u32).filter(|&i| b.kernels[i as usize].is_none()).collect();
+    let graph_inputs: Vec<u32> = (0..n as u32).filter(|&i| b.nodes.kernels[i as usize].is_none()).collect();
     let info = GraphInfo {
         num_nodes: n as u64,
         num_inputs: graph_inputs.len() as u64,
@@ -145,18 +145,8 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     // Validation is over: take the builder's storage without copying it.
     Ok(Graph {
         id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
-        names: std::mem::take(&mut b.names),
-        by_name: std::mem::take(&mut b.by_name),
-        op_types: std::mem::take(&mut b.op_types),
-        op_of: std::mem::take(&mut b.op_of),
-        kernels: std::mem::take(&mut b.kernels),
-        estimate_ns: std::mem::take(&mut b.estimate_ns),
-        zero_output: std::mem::take(&mut b.zero_output),
-        in_place: std::mem::take(&mut b.in_place),
-        input_start: std::mem::take(&mut b.input_start),
+        nodes: std::mem::take(&mut b.nodes),
         input_values,
-        value_start: std::mem::take(&mut b.value_start),
-        value_sizes: std::mem::take(&mut b.value_sizes),
         value_node,
         consumers,
         is_output,

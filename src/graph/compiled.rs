@@ -4,12 +4,12 @@
 //! Immutable once built, except for the scheduler's slot (see [`Graph::scheduling`]).
 
 use std::any::Any;
-use std::collections::HashMap;
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 
+use super::nodes::NodeTable;
 use super::{Kernel, OutputSize, ValueRef};
 
 /// Figures about a finalized graph. (C: `gs_graph_info`).
@@ -46,19 +46,10 @@ pub(super) static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Graph {
     /// Unique in the process: graph #1 is the first one finalized.
     pub(super) id: u64,
-    pub(super) names: Vec<CString>,
-    pub(super) by_name: HashMap<String, u32>,
-    pub(super) op_types: Vec<CString>,
-    pub(super) op_of: Vec<u32>,
-    pub(super) kernels: Vec<Option<Kernel>>,
-    pub(super) estimate_ns: Vec<Option<u64>>,
-    pub(super) zero_output: Vec<bool>,
-    pub(super) in_place: Vec<u32>,
-    pub(super) input_start: Vec<u32>,
+    /// The builder's tables, taken over as they were.
+    pub(super) nodes: NodeTable,
     /// Value index read by each input slot.
     pub(super) input_values: Vec<u32>,
-    pub(super) value_start: Vec<u32>,
-    pub(super) value_sizes: Vec<OutputSize>,
     pub(super) value_node: Vec<u32>,
     /// Input slots that read each value: its refcount at the start of a run, before outputs.
     pub(super) consumers: Vec<u32>,
@@ -141,30 +132,30 @@ impl Graph {
 
     /// Nodes, graph inputs included: node ids are `0..node_count()`.
     pub fn node_count(&self) -> usize {
-        self.names.len()
+        self.nodes.names.len()
     }
 
     /// Values of all nodes: value indices are `0..value_count()`.
     pub fn value_count(&self) -> usize {
-        self.value_sizes.len()
+        self.nodes.value_sizes.len()
     }
 
     /// The name the node was added with. Panics for a node id out of range, as every
     /// per-node and per-value accessor here does.
     pub fn node_name(&self, node: u32) -> &str {
-        self.names[node as usize].to_str().expect("names are UTF-8")
+        self.nodes.names[node as usize].to_str().expect("names are UTF-8")
     }
 
     /// The name as a C string, living as long as the graph (the C API hands it out).
     pub fn node_name_c(&self, node: u32) -> &CStr {
-        &self.names[node as usize]
+        &self.nodes.names[node as usize]
     }
 
     /// Op type of a node; empty for graph inputs.
     pub fn op_type(&self, node: u32) -> &str {
-        match self.op_of[node as usize] {
+        match self.nodes.op_of[node as usize] {
             u32::MAX => "",
-            op => self.op_types[op as usize].to_str().expect("op types are UTF-8"),
+            op => self.nodes.op_types[op as usize].to_str().expect("op types are UTF-8"),
         }
     }
 
@@ -178,26 +169,26 @@ impl Graph {
 
     /// The id of the node named `name`.
     pub fn find_node(&self, name: &str) -> Option<u32> {
-        self.by_name.get(name).copied()
+        self.nodes.by_name.get(name).copied()
     }
 
     /// Whether `node` is a graph input: no kernel, its value bound to caller memory per run.
     pub fn is_graph_input(&self, node: u32) -> bool {
-        self.kernels[node as usize].is_none()
+        self.nodes.kernels[node as usize].is_none()
     }
 
     pub(crate) fn kernel(&self, node: u32) -> Option<&Kernel> {
-        self.kernels[node as usize].as_ref()
+        self.nodes.kernels[node as usize].as_ref()
     }
 
     /// Whether the node's output buffers are cleared before its kernel runs.
     pub fn zero_output(&self, node: u32) -> bool {
-        self.zero_output[node as usize]
+        self.nodes.zero_output[node as usize]
     }
 
     /// The node's in-place pair `(output index, input slot)`, if it declared one.
     pub fn in_place(&self, node: u32) -> Option<(u32, u32)> {
-        match self.in_place[node as usize] {
+        match self.nodes.in_place[node as usize] {
             u32::MAX => None,
             packed => Some((packed >> 16, packed & 0xffff)),
         }
@@ -205,27 +196,27 @@ impl Graph {
 
     /// The estimate the caller gave, if any.
     pub fn estimate_ns(&self, node: u32) -> Option<u64> {
-        self.estimate_ns[node as usize]
+        self.nodes.estimate_ns[node as usize]
     }
 
     /// Number of distinct op types.
     pub fn op_type_count(&self) -> usize {
-        self.op_types.len()
+        self.nodes.op_types.len()
     }
 
     /// Index of a node's op type (`u32::MAX` for graph inputs).
     pub fn op_index(&self, node: u32) -> u32 {
-        self.op_of[node as usize]
+        self.nodes.op_of[node as usize]
     }
 
     /// Value indices a node reads, one per input slot.
     pub fn node_inputs(&self, node: u32) -> &[u32] {
-        &self.input_values[self.input_start[node as usize] as usize..self.input_start[node as usize + 1] as usize]
+        &self.input_values[self.nodes.input_start[node as usize] as usize..self.nodes.input_start[node as usize + 1] as usize]
     }
 
     /// Value indices a node produces.
     pub fn node_values(&self, node: u32) -> Range<u32> {
-        self.value_start[node as usize]..self.value_start[node as usize + 1]
+        self.nodes.value_start[node as usize]..self.nodes.value_start[node as usize + 1]
     }
 
     /// Nodes that read a node's outputs, one entry per input slot.
@@ -235,7 +226,7 @@ impl Graph {
 
     /// The value's size: static bytes or dynamic.
     pub fn value_size(&self, value: u32) -> OutputSize {
-        self.value_sizes[value as usize]
+        self.nodes.value_sizes[value as usize]
     }
 
     /// The node whose output the value is.
@@ -246,7 +237,7 @@ impl Graph {
     /// The caller's name of value index `value`: (producer, output index).
     pub fn value_ref(&self, value: u32) -> ValueRef {
         let node = self.value_node[value as usize];
-        ValueRef::new(node, value - self.value_start[node as usize])
+        ValueRef::new(node, value - self.nodes.value_start[node as usize])
     }
 
     /// Index of a value, if it exists (its node does, and has that output).

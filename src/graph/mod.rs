@@ -40,6 +40,7 @@
 mod builder;
 mod compile;
 mod compiled;
+mod nodes;
 pub mod memory;
 mod order;
 pub mod reach;
