@@ -20,8 +20,14 @@
 #include <string.h>
 #include <time.h>
 
-#define OH_THREADS 2
 #define OH_REPS 5
+
+/* Threads in all, the calling thread included: $OH_THREADS, else 2. */
+static int oh_threads(void) {
+  const char *s = getenv("OH_THREADS");
+  int n = s ? atoi(s) : 2;
+  return n > 0 ? n : 2;
+}
 
 typedef struct oh_workload {
   const char *name;   /* e.g. "chain_100k" */

@@ -1,7 +1,7 @@
 /*
  * Per-node overhead of graphsched on the workloads of overhead_common.h (the same graphs the
- * oneTBB program runs): empty kernels, 16-byte outputs, one executor of 2 threads (the calling
- * thread plus one worker) and one pool shared by all runs. Each graph is built and finalized
+ * oneTBB program runs): empty kernels, 16-byte outputs, one executor of $OH_THREADS threads
+ * (default 2: the calling thread plus one worker) and one pool shared by all runs. Each graph is built and finalized
  * once, not timed; a run is gs_run + gs_result_free. One warm-up run, then the median of
  * OH_REPS repetitions.
  */
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   oh_workload w;
 
   memset(&cfg, 0, sizeof cfg);
-  cfg.threads = OH_THREADS;
+  cfg.threads = (uint32_t)oh_threads();
   check(gs_executor_new(&cfg, &ex), "gs_executor_new");
   check(gs_pool_new(NULL, &pool), "gs_pool_new");
 

@@ -45,7 +45,7 @@ static void bench(oneapi::tbb::task_arena &arena, oh_workload *w) {
 }
 
 int main() {
-  oneapi::tbb::task_arena arena(OH_THREADS);
+  oneapi::tbb::task_arena arena(oh_threads());
   oh_workload w;
   oh_chain(&w, 100000);
   bench(arena, &w);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the C overhead benchmarks (Release, into build-bench/) and runs graphsched and oneTBB
-# side by side on the same workloads. Installs libtbb-dev with apt-get if it is missing.
+# side by side on the same workloads, at 2 threads and at 1, then prints their ratios. Installs libtbb-dev with apt-get if it is missing.
 # Usage: benches/c/run_overhead.sh   (env: JOBS=1 build parallelism, TIMEOUT=300 s per program)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -30,16 +30,39 @@ have_gs=1
 cmake --build "$build" -j "$jobs" --target overhead_graphsched || have_gs=0
 
 status=0
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+for threads in 2 1; do
+  echo
+  echo "== per-node overhead, $threads thread(s) (construction excluded, median of 5) =="
+  echo "threads $threads" >> "$out"
+  if [ "$have_tbb" -eq 1 ]; then
+    OH_THREADS=$threads timeout "$limit" "$build/benches/c/overhead_tbb" | tee -a "$out" ||
+      { echo "overhead_tbb exited with $? (124 = timeout)"; status=1; }
+  else
+    echo "tbb        (not built: oneTBB not found)"
+  fi
+  if [ "$have_gs" -eq 1 ]; then
+    OH_THREADS=$threads timeout "$limit" "$build/benches/c/overhead_graphsched" | tee -a "$out" ||
+      { echo "overhead_graphsched exited with $? (124 = timeout)"; status=1; }
+  else
+    echo "graphsched (not built: see the build errors above)"; status=1
+  fi
+done
+
+# graphsched / oneTBB per workload and thread count, from the lines above (this run only).
 echo
-echo "== per-node overhead, 2 threads (construction excluded, median of 5) =="
-if [ "$have_tbb" -eq 1 ]; then
-  timeout "$limit" "$build/benches/c/overhead_tbb" || { echo "overhead_tbb exited with $? (124 = timeout)"; status=1; }
-else
-  echo "tbb        (not built: oneTBB not found)"
-fi
-if [ "$have_gs" -eq 1 ]; then
-  timeout "$limit" "$build/benches/c/overhead_graphsched" || { echo "overhead_graphsched exited with $? (124 = timeout)"; status=1; }
-else
-  echo "graphsched (not built: see the build errors above)"; status=1
-fi
+echo "== graphsched / oneTBB (below 1: graphsched is faster) =="
+awk '
+  $1 == "threads" { t = $2; next }
+  $1 == "tbb" { tbb[t " " $2] = $3; unit[$2] = $4; next }
+  $1 == "graphsched" { gs[t " " $2] = $3; order[++n] = t " " $2 }
+  END {
+    printf "%-8s %-16s %12s %12s %8s\n", "threads", "workload", "graphsched", "tbb", "ratio"
+    for (i = 1; i <= n; i++) {
+      k = order[i]; split(k, p, " ")
+      if (k in tbb) printf "%-8s %-16s %12.2f %12.2f %7.2fx  %s\n", p[1], p[2], gs[k], tbb[k], gs[k] / tbb[k], unit[p[2]]
+      else printf "%-8s %-16s %12.2f %12s %8s  %s\n", p[1], p[2], gs[k], "-", "-", unit[p[2]]
+    }
+  }' "$out"
 exit "$status"

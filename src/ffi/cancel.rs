@@ -12,6 +12,7 @@ pub struct gs_cancel_token {
 
 impl Handle for gs_cancel_token {
     const NAME: &'static str = "gs_cancel_token";
+    const TAG: u8 = 4;
 }
 
 /// Makes a token, not cancelled.
@@ -28,7 +29,7 @@ pub unsafe extern "C" fn gs_cancel_token_new(out: *mut *mut gs_cancel_token) -> 
         let out = unsafe { out_arg(out, "out") }?;
         *out = into_handle(gs_cancel_token {
             token: CancelToken::new(),
-        });
+        })?;
         Ok(())
     })
 }

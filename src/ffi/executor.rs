@@ -13,6 +13,7 @@ pub struct gs_executor {
 
 impl Handle for gs_executor {
     const NAME: &'static str = "gs_executor";
+    const TAG: u8 = 6;
 }
 
 /// Executor settings; zero fields take their defaults.
@@ -39,7 +40,7 @@ pub unsafe extern "C" fn gs_executor_new(config: *const gs_executor_config, out:
         let config = unsafe { config.as_ref() }.copied().unwrap_or_default();
         *out = into_handle(gs_executor {
             executor: Executor::new(config.threads as usize)?,
-        });
+        })?;
         Ok(())
     })
 }

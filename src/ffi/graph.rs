@@ -17,6 +17,7 @@ pub struct gs_graph {
 
 impl Handle for gs_graph {
     const NAME: &'static str = "gs_graph";
+    const TAG: u8 = 2;
 }
 
 impl gs_graph {
@@ -88,7 +89,7 @@ pub unsafe extern "C" fn gs_graph_new(out: *mut *mut gs_graph) -> gs_status {
         *out = into_handle(gs_graph {
             builder: Mutex::new(GraphBuilder::new()),
             compiled: OnceLock::new(),
-        });
+        })?;
         Ok(())
     })
 }

@@ -1,63 +1,52 @@
-//! Opaque handles and the checks on pointers that cross the boundary.
-//!
-//! A handle given to C is not an address: it is a registry key, a number drawn from a counter
-//! that never repeats, dressed as a pointer. Every call looks the key up before touching the
-//! object behind it, so NULL, freed, foreign and garbage handles are errors instead of undefined
-//! behaviour (even under valgrind), and a freed handle stays invalid even after its memory is
-//! reused by a new handle. The one misuse this cannot catch is freeing a handle while another
-//! thread is still inside a call on it.
+//! Opaque handles (their registry is `registry.rs`) and the checks on pointers that cross the
+//! boundary.
 
-use std::any::TypeId;
-use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{LazyLock, RwLock, RwLockWriteGuard};
 
 use super::gs_status::*;
+use super::registry;
 use super::status::{set_last_error, FfiError, FfiResult};
-
-/// Key -> (type, address of the boxed object).
-type Registry = HashMap<usize, (TypeId, usize)>;
-
-static LIVE: LazyLock<RwLock<Registry>> = LazyLock::new(Default::default);
-
-/// Keys step by 16 so that a handle looks like an aligned pointer to C tools; 0 stays NULL.
-/// Invariant: a multiple of 16, above every key handed out. Relaxed: the read-modify-write alone
-/// makes every key unique, and the registry's lock, not this counter, publishes the object.
-static NEXT_KEY: AtomicUsize = AtomicUsize::new(16);
 
 /// A type the C side holds by handle.
 pub(crate) trait Handle: Sized + 'static {
     /// The C type name, for messages.
     const NAME: &'static str;
+    /// Tells this type's handles from others' (non-zero, one per type).
+    const TAG: u8;
 }
 
-fn write() -> RwLockWriteGuard<'static, Registry> {
-    LIVE.write().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Moves `value` to the heap, registers it and returns its handle.
-pub(crate) fn into_handle<T: Handle>(value: T) -> *mut T {
-    let key = NEXT_KEY.fetch_add(16, Ordering::Relaxed);
+/// Moves `value` to the heap, registers it and returns its handle; `None` if 4,194,304 handles
+/// are live already.
+pub(crate) fn into_handle<T: Handle>(value: T) -> FfiResult<*mut T> {
     let addr = Box::into_raw(Box::new(value)) as usize;
-    write().insert(key, (TypeId::of::<T>(), addr));
-    key as *mut T
+    match registry::register(T::TAG, addr) {
+        Some(handle) => Ok(handle as *mut T),
+        None => {
+            // SAFETY: just made by `Box::into_raw` and never registered.
+            drop(unsafe { Box::from_raw(addr as *mut T) });
+            Err(FfiError::new(
+                GS_ERR_OUT_OF_MEMORY,
+                format!("cannot create a {}: 4194304 handles are live", T::NAME),
+            ))
+        }
+    }
 }
 
 fn lookup<T: Handle>(handle: *const T, arg: &str) -> FfiResult<usize> {
     if handle.is_null() {
         return Err(FfiError::new(GS_ERR_NULL_ARGUMENT, format!("argument '{arg}' is NULL")));
     }
-    match LIVE.read().unwrap_or_else(|e| e.into_inner()).get(&(handle as usize)) {
-        Some(&(t, addr)) if t == TypeId::of::<T>() => Ok(addr),
-        _ => Err(FfiError::new(
-            GS_ERR_INVALID_HANDLE,
-            format!(
-                "argument '{arg}' ({handle:p}) is not a live {}: it was freed, never created, or is another kind of handle",
-                T::NAME
-            ),
-        )),
-    }
+    registry::lookup(handle as usize, T::TAG).ok_or_else(|| invalid::<T>(handle, arg))
+}
+
+fn invalid<T: Handle>(handle: *const T, arg: &str) -> FfiError {
+    FfiError::new(
+        GS_ERR_INVALID_HANDLE,
+        format!(
+            "argument '{arg}' ({handle:p}) is not a live {}: it was freed, never created, or is another kind of handle",
+            T::NAME
+        ),
+    )
 }
 
 /// Borrows the object behind a live handle.
@@ -79,28 +68,11 @@ pub(crate) unsafe fn free_handle<T: Handle>(handle: *mut T, arg: &str) {
     if handle.is_null() {
         return;
     }
-    let addr = {
-        let mut live = write();
-        let addr = match live.get(&(handle as usize)) {
-            Some(&(t, addr)) if t == TypeId::of::<T>() => live.remove(&(handle as usize)).map(|_| addr),
-            _ => None,
-        };
-        if live.is_empty() {
-            // Give the table's memory back, so a program that freed every handle holds nothing
-            // from graphsched (leak checkers stay quiet).
-            *live = HashMap::new();
-        }
-        addr
-    };
-    match addr {
-        // SAFETY: registered by `into_handle`, so it came from `Box::into_raw`; the entry is
-        // gone, so nobody frees it twice.
+    match registry::unregister(handle as usize, T::TAG) {
+        // SAFETY: registered by `into_handle`, so it came from `Box::into_raw`; the slot is no
+        // longer live, so nobody frees it twice.
         Some(addr) => drop(unsafe { Box::from_raw(addr as *mut T) }),
-        None => {
-            if let Err(e) = lookup(handle as *const T, arg) {
-                set_last_error(&e.message);
-            }
-        }
+        None => set_last_error(&invalid::<T>(handle, arg).message),
     }
 }
 

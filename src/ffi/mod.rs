@@ -23,6 +23,7 @@ mod executor;
 mod graph;
 mod handle;
 mod plan;
+mod registry;
 mod pool;
 mod run;
 mod sim;

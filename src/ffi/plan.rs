@@ -22,6 +22,7 @@ pub struct gs_plan {
 
 impl Handle for gs_plan {
     const NAME: &'static str = "gs_plan";
+    const TAG: u8 = 3;
 }
 
 /// Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
@@ -53,7 +54,7 @@ pub unsafe extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mu
         let compiled = g.compiled()?;
         let plan = Plan::new(compiled, mode)?;
         plan.verify()?;
-        *out = into_handle(gs_plan { plan });
+        *out = into_handle(gs_plan { plan })?;
         Ok(())
     })
 }

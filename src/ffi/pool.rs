@@ -17,6 +17,7 @@ pub struct gs_pool {
 
 impl Handle for gs_pool {
     const NAME: &'static str = "gs_pool";
+    const TAG: u8 = 1;
 }
 
 /// Makes a pool; `config` may be NULL for defaults, and zero fields take their defaults. A
@@ -35,7 +36,7 @@ pub unsafe extern "C" fn gs_pool_new(config: *const PoolConfig, out: *mut *mut g
         let config = unsafe { config.as_ref() }.copied().unwrap_or_default();
         *out = into_handle(gs_pool {
             pool: Arc::new(Pool::new(config)?),
-        });
+        })?;
         Ok(())
     })
 }

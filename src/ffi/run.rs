@@ -116,6 +116,7 @@ pub struct gs_run_result {
 
 impl Handle for gs_run_result {
     const NAME: &'static str = "gs_run_result";
+    const TAG: u8 = 5;
 }
 
 /// Runs a finalized graph with buffers from `pool`. On success `*out` holds the graph outputs
@@ -187,7 +188,7 @@ pub unsafe extern "C" fn gs_run(
             run_options.memory_limit_bytes = o.memory_limit_bytes;
         }
         let result = exec::run(compiled, &p.pool, &run_options)?;
-        *out = into_handle(gs_run_result { result });
+        *out = into_handle(gs_run_result { result })?;
         Ok(())
     })
 }
