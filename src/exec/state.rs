@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use super::cache::{release, release_many, BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
 use super::padded::CachePadded;
+use super::recycle::RunArrays;
 use crate::kernel::Buffer;
 use super::gate::{Gate, GateInner};
 use super::run::CancelToken;
@@ -183,18 +184,14 @@ impl<'r> RunState<'r> {
             cancel,
             deadline,
         } = options;
-        let refs = (0..graph.value_count() as u32)
-            .map(|v| AtomicU32::new(graph.consumers(v) + graph.is_graph_output(v) as u32))
-            .collect();
+        let RunArrays { slots, refs, pending } = RunArrays::take(graph, prio);
         RunState {
             graph,
             pool,
             prio,
-            slots: (0..graph.value_count())
-                .map(|_| UnsafeCell::new(Slot::default()))
-                .collect(),
+            slots,
             refs,
-            pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
+            pending,
             active: CachePadded(AtomicUsize::new(0)),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
@@ -562,13 +559,25 @@ impl<'r> RunState<'r> {
 
 impl Drop for RunState<'_> {
     /// Whatever the run still holds goes back: everything after a failure, nothing after
-    /// success (the graph outputs have moved to the result).
+    /// success (the graph outputs have moved to the result). Then the arrays, every slot empty,
+    /// go back to the graph for its next run.
     fn drop(&mut self) {
         for i in 0..self.slots.len() {
-            let buffer = std::mem::take(self.slots[i].get_mut()).buffer;
-            self.give_back(buffer);
+            let slot = self.slots[i].get_mut();
+            // Only slots a value or a binding filled: most are empty already, and rewriting
+            // every one would cost as much as the run's own work on a graph of small nodes.
+            if !slot.tensor.data.is_null() || !slot.buffer.ptr.is_null() {
+                let buffer = std::mem::take(slot).buffer;
+                self.give_back(buffer);
+            }
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
+        let arrays = RunArrays {
+            slots: std::mem::take(&mut self.slots),
+            refs: std::mem::take(&mut self.refs),
+            pending: std::mem::take(&mut self.pending),
+        };
+        arrays.give_back(self.graph);
     }
 }
 

@@ -158,7 +158,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         topo_position: position,
         release_tick,
         structure: info,
-        scheduling: OnceLock::new(),
+        annexes: [OnceLock::new(), OnceLock::new()],
         lowest_live_order: OnceLock::new(),
     })
 }

@@ -1,7 +1,7 @@
 //! The compiled graph: what `finalize` produces and every run, plan and simulation reads. Node
 //! and value tables in CSR form (inputs, outputs and successors of node `i` are slices of flat
 //! arrays), the topological order, and when each value goes back to the pool along it.
-//! Immutable once built, except for the scheduler's slot (see [`Graph::scheduling`]).
+//! Immutable once built, except for the slots the layers above keep state in ([`Graph::annex`]).
 
 use std::any::Any;
 use std::ffi::CStr;
@@ -42,6 +42,15 @@ pub struct GraphInfo {
 /// Relaxed: the read-modify-write alone makes every number unique.
 pub(super) static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
+/// The layers that keep state with a graph (see [`Graph::annex`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Annex {
+    /// `sched`: learned durations, cached priorities.
+    Scheduling = 0,
+    /// `exec`: run state to recycle.
+    Runs = 1,
+}
+
 /// A validated, analysed, immutable graph. Runs share it; it is `Send + Sync`.
 pub struct Graph {
     /// Unique in the process: graph #1 is the first one finalized.
@@ -67,10 +76,8 @@ pub struct Graph {
     pub(super) topo_position: Vec<u32>,
     /// The structural figures of [`GraphInfo`]; the scheduler adds the timing ones.
     pub(super) structure: GraphInfo,
-    /// What the scheduler keeps per graph (learned durations, cached priorities), created on
-    /// first use. Stored without its type so that `graph` depends on nothing above it; only
-    /// `sched` puts anything here (see [`scheduling`](Graph::scheduling)).
-    pub(super) scheduling: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// What the layers above keep per graph, one slot each (see [`annex`](Graph::annex)).
+    pub(super) annexes: [OnceLock<Box<dyn Any + Send + Sync>>; 2],
     /// The topological order with the lowest max-live bound found, computed on first use.
     pub(super) lowest_live_order: OnceLock<super::memory::LiveOrder>,
 }
@@ -119,15 +126,17 @@ impl Graph {
         self.structure
     }
 
-    /// The scheduler's per-graph state, created by `init` on first use.
+    /// What `layer` keeps per graph, created by `init` on first use: the scheduler's learned
+    /// durations and priorities, the runs' recycled state. Stored without its type, so that
+    /// `graph` depends on nothing above it.
     ///
     /// # Panics
-    /// If a different type was stored first: only `sched` stores anything, always one type.
-    pub(crate) fn scheduling<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> &T {
-        self.scheduling
+    /// If a different type was stored first: each layer stores one type, always the same.
+    pub(crate) fn annex<T: Any + Send + Sync>(&self, layer: Annex, init: impl FnOnce() -> T) -> &T {
+        self.annexes[layer as usize]
             .get_or_init(|| Box::new(init()))
             .downcast_ref()
-            .expect("one scheduling state type per graph")
+            .expect("one type per annex")
     }
 
     /// Nodes, graph inputs included: node ids are `0..node_count()`.

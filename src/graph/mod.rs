@@ -45,6 +45,7 @@ pub mod memory;
 mod order;
 pub mod reach;
 
+pub(crate) use compiled::Annex;
 pub use compiled::{Graph, GraphInfo};
 pub use builder::{GraphBuilder, NodeDesc};
 

@@ -4,7 +4,8 @@
 //! measured for its op type, else [`DEFAULT_ESTIMATE_NS`]. Runs sample kernel durations
 //! ([`Graph::should_sample`]) and fold them into a moving average per op type
 //! ([`Graph::learn`]); the [`Priorities`] and the figures of [`Graph::info`] follow the current
-//! estimates, recomputed when the averages have moved by more than a fifth.
+//! estimates, recomputed when the averages have moved by more than a fifth (and by at least
+//! [`MIN_MOVE_NS`]).
 //!
 //! The state lives with the graph (runs of the same graph share what they learn), in the slot
 //! [`Graph`] keeps for the scheduler, so that `graph` itself knows nothing of scheduling.
@@ -13,10 +14,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Priorities;
-use crate::graph::{Graph, GraphInfo};
+use crate::graph::{Annex, Graph, GraphInfo};
 
 /// Duration assumed for a node without an estimate, until runs have measured its op type.
 pub const DEFAULT_ESTIMATE_NS: u64 = 1_000;
+
+/// Smallest move of an op type's average that makes the priorities stale: below the executor's
+/// own cost per node (100-200 ns), a difference in estimates changes no good order, and kernels
+/// that short jitter by more than a fifth from run to run. Recomputing costs O(n log n) per run.
+pub const MIN_MOVE_NS: u64 = 250;
 
 /// A run measures one kernel call in this many (and every call of an op type not measured yet):
 /// reading the clock twice per node would cost more than the smallest kernels.
@@ -34,7 +40,7 @@ struct Learned {
 }
 
 fn learned(g: &Graph) -> &Learned {
-    g.scheduling(|| Learned {
+    g.annex(Annex::Scheduling, || Learned {
         op_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         priorities: Mutex::new(None),
     })

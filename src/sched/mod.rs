@@ -44,7 +44,7 @@ mod bound;
 mod estimates;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
-pub use estimates::{DEFAULT_ESTIMATE_NS, SAMPLE_EVERY};
+pub use estimates::{DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY};
 
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
@@ -274,11 +274,14 @@ impl Priorities {
         &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
     }
 
-    /// Whether learned estimates have moved by more than a fifth since these were computed.
+    /// Whether learned estimates have moved since these were computed: an op type measured for
+    /// the first time, or one whose average moved by more than a fifth and by at least
+    /// [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
     pub fn is_stale(&self, g: &Graph) -> bool {
         self.basis.iter().enumerate().any(|(op, &old)| {
             let new = g.learned_op_ns(op as u32);
-            new.abs_diff(old) * 5 > old.max(1)
+            let moved = new.abs_diff(old);
+            (old == 0 && new != 0) || (moved * 5 > old && moved >= estimates::MIN_MOVE_NS)
         })
     }
 }
@@ -323,6 +326,25 @@ fn band_of(slack: u64, critical_path_ns: u64) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::{GraphBuilder, NodeDesc};
+    use std::sync::Arc;
+
+    #[test]
+    fn priorities_follow_real_moves_of_the_estimates_not_jitter() {
+        let mut b = GraphBuilder::new();
+        let n = b.add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8)).unwrap();
+        let g = b.finalize().unwrap();
+        let first = g.priorities();
+        g.learn(n, 100);
+        let learned = g.priorities();
+        assert!(!Arc::ptr_eq(&first, &learned), "a first measurement counts");
+        g.learn(n, 400); // 100 -> 138: a third more, but 38 ns
+        assert!(Arc::ptr_eq(&learned, &g.priorities()), "jitter of a tiny kernel");
+        for _ in 0..8 {
+            g.learn(n, 10_000);
+        }
+        assert!(!Arc::ptr_eq(&learned, &g.priorities()), "a real move");
+    }
 
     #[test]
     fn bands_are_finer_near_the_critical_path() {
