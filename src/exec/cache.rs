@@ -14,6 +14,8 @@ use crate::pool::{sanitize, Owner, Pool};
 pub(super) struct BlockCache {
     pub(super) blocks: Vec<Buffer>,
     streak: (usize, usize),
+    /// A refill's blocks on their way in (kept to reuse its memory).
+    fresh: Vec<NonNull<u8>>,
 }
 
 /// Blocks up to this size go through the per-thread caches (larger ones straight to the pool,
@@ -47,24 +49,27 @@ impl RunState<'_> {
             _ => 1,
         };
         cache.streak = (n, count);
-        let mut fresh = Vec::with_capacity(count);
-        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, &mut fresh) {
-            release_many(self.pool, fresh.into_iter().map(|p| Buffer::new(p.as_ptr().cast(), n)));
+        let fresh = &mut cache.fresh;
+        fresh.clear();
+        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, fresh) {
+            release_many(self.pool, fresh.drain(..).map(|p| Buffer::new(p.as_ptr().cast(), n)));
             return Err(e);
         }
         // Parked: a checker (ASan, valgrind) reports any touch until a node is handed one.
-        cache.blocks.extend(fresh.into_iter().map(|p| {
+        cache.blocks.extend(fresh.drain(..).map(|p| {
             sanitize::hide(p.as_ptr(), n);
             Buffer::new(p.as_ptr().cast(), n)
         }));
         Ok(count as u64)
     }
 
-    /// Gives every cached block back to the pool. By the caller, once the run is over.
+    /// Gives every cached block back to the pool (the caches keep their memory for the graph's
+    /// next run). By the caller, once the run is over.
     pub fn flush_caches(&mut self) {
         for cell in self.caches.iter_mut() {
-            let cache = std::mem::take(cell.get_mut());
-            release_many(self.pool, cache.blocks);
+            let cache = cell.get_mut();
+            release_many(self.pool, cache.blocks.drain(..));
+            cache.streak = (0, 0);
         }
     }
 }

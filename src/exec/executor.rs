@@ -145,10 +145,10 @@ impl Executor {
         // SAFETY: only the lifetime is erased; `state` outlives every task (see `Task`), since
         // this function returns only once `active` is 0.
         let run: *const RunState<'static> = (state as *const RunState<'_>).cast();
-        let mut scratch = Scratch::default();
         let Some((&first, rest)) = roots.split_first() else {
             return;
         };
+        let mut scratch = Scratch::for_caller();
         state.active.store(roots.len(), Ordering::Release);
         self.shared.push(run, rest, None);
         let first = Task {
@@ -168,6 +168,7 @@ impl Executor {
                 state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work()
             });
         }
+        scratch.keep_for_caller();
     }
 }
 

@@ -9,26 +9,55 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
+use super::cache::BlockCache;
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
 use crate::sched::Priorities;
 
-/// A run's arrays: value slots, value reference counts, node pending counts.
+/// A run's arrays: value slots, value reference counts, node pending counts, and the threads'
+/// block caches.
 pub(super) struct RunArrays {
     pub slots: Box<[UnsafeCell<Slot>]>,
     pub refs: Box<[AtomicU32]>,
     pub pending: Box<[AtomicU32]>,
+    pub caches: Box<[UnsafeCell<BlockCache>]>,
 }
 
-// SAFETY: in the bin the arrays belong to nobody: every slot is empty (no pointer to anything),
-// and a run that takes them owns them alone until it gives them back.
+// SAFETY: in the bin the arrays belong to nobody: every slot and cache is empty (no pointer to
+// anything), and a run that takes them owns them alone until it gives them back.
 unsafe impl Send for RunArrays {}
 
-/// The graph's spare arrays, and the reference counts every run starts from.
+/// A result's graph outputs (value index, slot), emptied.
+struct OutputList(Vec<(u32, Slot)>);
+
+// SAFETY: an empty list points at nothing.
+unsafe impl Send for OutputList {}
+
+/// The graph's spare arrays and output lists, and the reference counts every run starts from.
 struct Bin {
     /// Per value: readers, plus one for a graph output.
     initial_refs: Box<[u32]>,
     spare: Mutex<Vec<RunArrays>>,
+    spare_outputs: Mutex<Vec<OutputList>>,
+}
+
+/// Most spare arrays (or output lists) a graph keeps: as many as its runs that went on at once,
+/// up to this; more would only hold memory.
+const SPARE: usize = 8;
+
+/// An empty list for a result's graph outputs.
+pub(super) fn take_output_list(graph: &Graph) -> Vec<(u32, Slot)> {
+    let spare = bin(graph).spare_outputs.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    spare.map_or_else(|| Vec::with_capacity(graph.graph_outputs().len()), |l| l.0)
+}
+
+/// Keeps a result's output list, emptied, for the graph's next run.
+pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
+    list.clear();
+    let mut spare = bin(graph).spare_outputs.lock().unwrap_or_else(|e| e.into_inner());
+    if spare.len() < SPARE {
+        spare.push(OutputList(list));
+    }
 }
 
 fn bin(graph: &Graph) -> &Bin {
@@ -37,22 +66,28 @@ fn bin(graph: &Graph) -> &Bin {
             .map(|v| graph.consumers(v) + graph.is_graph_output(v) as u32)
             .collect(),
         spare: Mutex::new(Vec::new()),
+        spare_outputs: Mutex::new(Vec::new()),
     })
 }
 
 impl RunArrays {
-    /// Arrays for a new run of `graph`: spare ones if a run left some, else new; counters set
-    /// to their start (`prio` gives the pending counts).
-    pub fn take(graph: &Graph, prio: &Priorities) -> RunArrays {
+    /// Arrays for a new run of `graph` with `caches` block caches: spare ones if a run left
+    /// some, else new; counters set to their start (`prio` gives the pending counts).
+    pub fn take(graph: &Graph, prio: &Priorities, caches: usize) -> RunArrays {
         let bin = bin(graph);
         let spare = bin.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::default())).collect();
         let Some(mut arrays) = spare else {
             return RunArrays {
                 slots: (0..graph.value_count()).map(|_| UnsafeCell::new(Slot::default())).collect(),
                 refs: bin.initial_refs.iter().map(|&r| AtomicU32::new(r)).collect(),
                 pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
+                caches: new_caches(),
             };
         };
+        if arrays.caches.len() != caches {
+            arrays.caches = new_caches();
+        }
         for (r, &start) in arrays.refs.iter_mut().zip(bin.initial_refs.iter()) {
             *r.get_mut() = start;
         }
@@ -68,8 +103,7 @@ impl RunArrays {
             return; // not arrays of this graph's runs (none yet: the run took none)
         }
         let mut spare = bin(graph).spare.lock().unwrap_or_else(|e| e.into_inner());
-        // As many as runs of the graph went on at once; more would only hold memory.
-        if spare.len() < 8 {
+        if spare.len() < SPARE {
             spare.push(self);
         }
     }

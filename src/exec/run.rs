@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::kernel::Buffer;
 use super::executor::Executor;
 use super::cache::release;
+use super::recycle::{keep_output_list, take_output_list};
 use super::state::{RunState, Scratch, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
@@ -253,6 +254,7 @@ impl Drop for RunResult {
             }
         }
         release(&self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
+        keep_output_list(&self.graph, std::mem::take(&mut self.outputs));
     }
 }
 
@@ -316,7 +318,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             ),
         );
     }
-    let outputs = graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))).collect();
+    let mut outputs = take_output_list(graph);
+    outputs.extend(graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))));
     let (nodes_run, peak_live_bytes, acquires) = state.stats();
     let busy_ns = state.busy_ns();
     let events = state.take_events();
@@ -346,7 +349,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
 fn in_order(state: &RunState<'_>, order: &[u32]) {
     let mut scratch = Scratch {
         slot: Some(0),
-        ..Default::default()
+        ..Scratch::for_caller()
     };
     for &node in order {
         if state.failed() {
@@ -364,4 +367,5 @@ fn in_order(state: &RunState<'_>, order: &[u32]) {
         state.execute(node, &mut scratch);
     }
     state.flush(&mut scratch);
+    scratch.keep_for_caller();
 }

@@ -81,6 +81,48 @@ pub(super) struct Scratch {
     pub(super) freed: Vec<u32>,
 }
 
+thread_local! {
+    /// The scratch of the runs this thread calls, kept between them (a run it calls from inside
+    /// a kernel finds none and makes its own).
+    static CALLER_SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scratch {
+    /// Scratch for a run this thread calls: the one its last run left, emptied, else new.
+    pub(super) fn for_caller() -> Scratch {
+        let kept = CALLER_SCRATCH.with(|c| c.take()).unwrap_or_default();
+        let Scratch {
+            mut inputs,
+            mut outputs,
+            mut buffers,
+            mut ready,
+            mut admitted,
+            mut freed,
+            ..
+        } = kept;
+        inputs.clear();
+        outputs.clear();
+        buffers.clear();
+        ready.clear();
+        admitted.clear();
+        freed.clear();
+        Scratch {
+            inputs,
+            outputs,
+            buffers,
+            ready,
+            admitted,
+            freed,
+            ..Default::default()
+        }
+    }
+
+    /// Keeps this scratch for the thread's next run.
+    pub(super) fn keep_for_caller(self) {
+        CALLER_SCRATCH.with(|c| c.set(Some(self)));
+    }
+}
+
 /// What a traced run records.
 pub(super) struct Tracer {
     pub(super) start: Instant,
@@ -184,7 +226,16 @@ impl<'r> RunState<'r> {
             cancel,
             deadline,
         } = options;
-        let RunArrays { slots, refs, pending } = RunArrays::take(graph, prio);
+        let cached = match memory_limit > 0 || !parallel || pool.config().red_zones != 0 {
+            true => 0,
+            false => threads,
+        };
+        let RunArrays {
+            slots,
+            refs,
+            pending,
+            caches,
+        } = RunArrays::take(graph, prio, cached);
         RunState {
             graph,
             pool,
@@ -211,13 +262,7 @@ impl<'r> RunState<'r> {
                 running: AtomicU32::new(0),
                 deferred: Mutex::new(Vec::new()),
             }),
-            caches: (0..if memory_limit > 0 || !parallel || pool.config().red_zones != 0 {
-                0
-            } else {
-                threads
-            })
-                .map(|_| UnsafeCell::new(BlockCache::default()))
-                .collect(),
+            caches,
             plan,
             cancel,
             deadline,
@@ -289,7 +334,9 @@ impl<'r> RunState<'r> {
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
     pub fn bind(&mut self, bindings: &[InputBinding<'_>]) -> Result<()> {
         let g = self.graph;
-        let mut bound = vec![usize::MAX; g.value_count()];
+        // A slot starts empty (see `recycle.rs`) and a binding fills it with a non-NULL pointer:
+        // a filled one was bound by an earlier binding.
+        let bound = |slots: &mut [UnsafeCell<Slot>], v: u32| !slots[v as usize].get_mut().tensor.data.is_null();
         for (i, b) in bindings.iter().enumerate() {
             let (value, tensor) = (b.value(), *b.tensor());
             let node = value.node;
@@ -306,16 +353,13 @@ impl<'r> RunState<'r> {
             }
             let name = g.node_name(node);
             let v = g.node_values(node).start;
-            if bound[v as usize] != usize::MAX {
+            if bound(&mut self.slots, v) {
+                let first = bindings.iter().position(|b| b.value() == value).unwrap_or(i);
                 return err(
                     ErrorKind::InputBinding,
-                    format!(
-                        "graph input '{name}' is bound twice (bindings {} and {i})",
-                        bound[v as usize]
-                    ),
+                    format!("graph input '{name}' is bound twice (bindings {first} and {i})"),
                 );
             }
-            bound[v as usize] = i;
             let declared = g.value_size(v).bytes().expect("graph inputs have a static size");
             if tensor.nbytes != declared {
                 return err(
@@ -349,7 +393,7 @@ impl<'r> RunState<'r> {
         if let Some(&node) = g
             .graph_inputs()
             .iter()
-            .find(|&&n| bound[g.node_values(n).start as usize] == usize::MAX)
+            .find(|&&n| !bound(&mut self.slots, g.node_values(n).start))
         {
             return err(
                 ErrorKind::InputBinding,
@@ -572,10 +616,12 @@ impl Drop for RunState<'_> {
             }
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
+        self.flush_caches();
         let arrays = RunArrays {
             slots: std::mem::take(&mut self.slots),
             refs: std::mem::take(&mut self.refs),
             pending: std::mem::take(&mut self.pending),
+            caches: std::mem::take(&mut self.caches),
         };
         arrays.give_back(self.graph);
     }

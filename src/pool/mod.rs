@@ -235,9 +235,10 @@ impl State {
         self.small.os.allocs + self.large.os.allocs
     }
 
-    /// Coalesces cached blocks and returns kept empty slabs.
+    /// Coalesces cached blocks. Empty slabs stay (one per class at most): the next run's small
+    /// blocks come from them with no allocation, and `shrink_to` returns them when memory is
+    /// short.
     fn settle(&mut self) {
-        self.slabs.release_empty(&mut self.small);
         self.small.settle();
         self.large.settle();
     }
@@ -247,6 +248,8 @@ impl State {
         let Some(mut excess) = self.committed().checked_sub(target).filter(|&e| e > 0) else {
             return;
         };
+        // Empty slabs kept for reuse are free memory too.
+        self.slabs.release_empty(&mut self.small);
         self.settle();
         for arena in [&mut self.large, &mut self.small] {
             for (start, size) in arena.free_blocks_largest_first() {
@@ -519,9 +522,9 @@ impl Pool {
         first_error
     }
 
-    /// Coalesces every cached block and returns kept empty slabs to free space. Runs call it as
-    /// they start, so that repeated runs of a graph find the pool as the first run found it and
-    /// make the same choices (and so need no new memory).
+    /// Coalesces every cached block. Runs call it as they start, so that repeated runs of a
+    /// graph find the pool as the first run left it and make the same choices (and so need no
+    /// new memory).
     pub fn settle(&self) {
         self.lock().settle();
     }
