@@ -222,7 +222,7 @@ impl RunState<'_> {
                     start_ns: begin,
                     end_ns: begin + ns,
                     live_bytes: self.live.load(Ordering::Relaxed),
-                    reserved_bytes: self.pool.stats().reserved_bytes,
+                    reserved_bytes: self.pool.reserved_bytes(),
                 };
                 lock(&t.events).push(event);
             }

@@ -37,16 +37,19 @@
 mod arena;
 mod region;
 pub(crate) mod sanitize;
+mod settings;
 mod slab;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use arena::Arena;
 pub(crate) use arena::NEVER;
 use sanitize::Mempool;
+pub use settings::{PoolConfig, PoolStats};
 use slab::Slabs;
 
 use crate::error::{err, ErrorKind, Result};
@@ -61,59 +64,42 @@ const RED_ZONE: usize = 64;
 const GUARD: u8 = 0xFD;
 const POISON: u8 = 0xDD;
 
-/// Pool settings; zero fields take their defaults (C: `gs_pool_config`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// Most bytes the pool keeps committed (live plus cached); past it, released memory goes
-    /// back to the system. 0: no cap.
-    pub max_pool_bytes: u64,
-    /// Requests of at least this many bytes take best-fit blocks of the arena; smaller ones come
-    /// from size-class slabs. 0: 1024. At most 65536.
-    pub large_threshold_bytes: u64,
-    /// Address space each region reserves (committed only when touched). 0: 1 GiB.
-    pub region_bytes: u64,
-    /// Non-zero: debug red zones. Every block gets 64 guard bytes before and after it, checked
-    /// when it is released (and by runs after each kernel), and is filled with a poison pattern
-    /// when released. Costs 128 bytes and two fills per block.
-    pub red_zones: u32,
-}
-
-/// Counters since the pool was made; peaks since the last reset (C: `gs_pool_stats`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Bytes callers asked for and still hold.
-    pub live_bytes: u64,
-    /// Highest `live_bytes` since the pool was made or its peaks were last reset.
-    pub peak_live_bytes: u64,
-    /// Bytes of memory the pool holds from the system (committed pages): live blocks, cached
-    /// free memory and slack.
-    pub reserved_bytes: u64,
-    /// Highest `reserved_bytes` since the pool was made or its peaks were last reset.
-    pub peak_reserved_bytes: u64,
-    /// Times the pool took memory from the system (mapped a region's pages in).
-    pub os_allocs: u64,
-    /// Bytes taken from the system over those `os_allocs`.
-    pub os_alloc_bytes: u64,
-    /// Times the pool gave memory back (decommitted pages, unmapped regions).
-    pub os_frees: u64,
-    /// Bytes given back over those `os_frees`.
-    pub os_free_bytes: u64,
-    /// Successful acquires, a run's buffers included.
-    pub acquires: u64,
-    /// Acquires served entirely from memory the pool already held.
-    pub cache_hits: u64,
-    /// Blocks given back, a run's buffers included.
-    pub releases: u64,
-}
-
 /// A thread-safe pool. Dropping it unmaps everything, including blocks still handed out.
 pub struct Pool {
     config: PoolConfig,
     /// This pool for memcheck, when it runs.
     mempool: Mempool,
     state: Mutex<State>,
+    /// `reserved_bytes` as the last holder of the lock left it, for readers that must not take
+    /// the lock (a traced run, after every node). Relaxed: a figure, publishing nothing.
+    reserved: AtomicU64,
+}
+
+/// The pool's state while its lock is held; on unlock it leaves `reserved_bytes` where
+/// [`Pool::reserved_bytes`] reads it without the lock.
+struct Locked<'p> {
+    state: MutexGuard<'p, State>,
+    reserved: &'p AtomicU64,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.reserved.store(self.state.committed() as u64, Ordering::Relaxed);
+    }
 }
 
 struct State {
@@ -306,6 +292,7 @@ impl Pool {
                 live: HashMap::default(),
                 stats: PoolStats::default(),
             }),
+            reserved: AtomicU64::new(0),
         })
     }
 
@@ -558,10 +545,19 @@ impl Pool {
         st.stats.peak_reserved_bytes = st.committed() as u64;
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> Locked<'_> {
         // Every update under the lock completes before anything can panic, so a poisoned lock
         // (a panic elsewhere in the holder's thread) leaves consistent state.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        Locked {
+            state: self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            reserved: &self.reserved,
+        }
+    }
+
+    /// `stats().reserved_bytes` without taking the pool's lock: the figure the last operation
+    /// left, for callers that read it often (a traced run, after every node).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.reserved.load(Ordering::Relaxed)
     }
 }
 

@@ -97,3 +97,20 @@ fn a_block_written_past_its_end_is_reported_as_an_overrun_and_still_goes_back() 
     unsafe { pool.release(q) }.unwrap();
     assert_eq!(pool.stats().live_bytes, 0, "the damaged block went back too");
 }
+
+#[test]
+fn reserved_bytes_without_the_lock_follow_the_stats() {
+    let pool = Pool::default();
+    assert_eq!(pool.reserved_bytes(), 0);
+    let big = pool.acquire(1 << 20, false).unwrap();
+    let small = pool.acquire(100, false).unwrap();
+    assert!(pool.reserved_bytes() >= (1 << 20) + 100);
+    assert_eq!(pool.reserved_bytes(), pool.stats().reserved_bytes);
+    // SAFETY: blocks of this test, not used after their release.
+    unsafe {
+        pool.release(big).unwrap();
+        pool.release(small).unwrap();
+    }
+    pool.trim();
+    assert_eq!(pool.reserved_bytes(), 0);
+}
