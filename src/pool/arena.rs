@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
 use super::region::{page_down, page_up, Region};
-use super::AddrHasher;
+use super::addr_hash::AddrHasher;
 use crate::error::{err, ErrorKind, Result};
 
 /// Block granularity and alignment.

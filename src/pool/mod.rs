@@ -34,6 +34,7 @@
 //! # unsafe { pool.release(q) }.unwrap();
 //! ```
 
+mod addr_hash;
 mod arena;
 mod region;
 pub(crate) mod sanitize;
@@ -41,11 +42,12 @@ mod settings;
 mod slab;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use addr_hash::AddrHasher;
 use arena::Arena;
 pub(crate) use arena::NEVER;
 use sanitize::Mempool;
@@ -573,32 +575,6 @@ fn run_owned_message(ptr: *const u8) -> String {
         "pointer {ptr:p} is the buffer of a value of a graph run, not a block from gs_pool_acquire: the run (or \
          its result, when freed) gives it back"
     )
-}
-
-/// Hashes block addresses: multiply, then fold the high bits down, since addresses share their
-/// low bits (alignment) and the table indexes by low bits.
-#[derive(Default)]
-pub(crate) struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0.rotate_left(8) ^ b as u64);
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 32);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 #[cfg(test)]
