@@ -114,14 +114,14 @@ struct State {
     stats: PoolStats,
 }
 
-/// A handed-out block: its requested size, its slab (or `LARGE`), and when it will be released.
+/// A handed-out block of the large arena: its size and when it will be released. (Small blocks
+/// are recorded by their slabs.)
 #[derive(Clone, Copy)]
 struct Live {
     /// Bytes of the block, red zones included.
     nbytes: usize,
     /// Bytes the caller asked for: what `live_bytes` counts.
     requested: usize,
-    slab: u32,
     release_tick: u64,
     owner: Owner,
 }
@@ -136,8 +136,6 @@ pub(crate) enum Owner {
     Run,
 }
 
-const LARGE: u32 = u32::MAX;
-
 impl State {
     /// A block of `nbytes` (red zones included) for a caller who asked for `requested`.
     fn acquire(
@@ -149,26 +147,24 @@ impl State {
         owner: Owner,
     ) -> Result<usize> {
         let commits = self.os_allocs();
-        let (addr, slab) = if (nbytes as u64) < large_threshold {
-            self.slabs.alloc(&mut self.small, nbytes)?
+        let addr = if (nbytes as u64) < large_threshold {
+            self.slabs.alloc(&mut self.small, nbytes, owner)?.0
         } else {
             // A block of the arena that is not live waits in a recent list: released already.
             let live = &self.live;
             let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
-            (self.large.alloc(nbytes, &tick_of)?, LARGE)
+            let addr = self.large.alloc(nbytes, &tick_of)?;
+            let block = Live {
+                nbytes,
+                requested,
+                release_tick,
+                owner,
+            };
+            self.live.insert(addr, block);
+            addr
         };
         self.stats.acquires += 1;
         self.stats.cache_hits += (self.os_allocs() == commits) as u64;
-        self.live.insert(
-            addr,
-            Live {
-                nbytes,
-                requested,
-                slab,
-                release_tick,
-                owner,
-            },
-        );
         self.stats.live_bytes += requested as u64;
         self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
         let reserved = self.committed() as u64;
@@ -181,6 +177,20 @@ impl State {
     fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize, by: Owner) -> Result<()> {
         use std::collections::hash_map::Entry;
         let addr = ptr.as_ptr() as usize;
+        if let Some(small) = self.slabs.find(addr) {
+            if small.owner == Owner::Run && by == Owner::Caller {
+                return err(ErrorKind::UnknownPointer, run_owned_message((addr + guard) as *const u8));
+            }
+            if sanitize::active() {
+                // Before the block goes back to its slab: from there another thread may take it.
+                sanitize::retire(mempool, (addr + guard) as *const u8);
+                sanitize::hide(addr as *const u8, self.slabs.block_size(small.id));
+            }
+            self.stats.releases += 1;
+            self.stats.live_bytes -= (small.nbytes - 2 * guard) as u64;
+            self.slabs.release(&mut self.small, small.id, addr);
+            return Ok(());
+        }
         let live = match self.live.entry(addr) {
             Entry::Occupied(e) if e.get().owner == Owner::Run && by == Owner::Caller => {
                 return err(
@@ -199,19 +209,12 @@ impl State {
         if sanitize::active() {
             // Before the block goes back to the free lists: from there another thread may take it.
             sanitize::retire(mempool, (addr + guard) as *const u8);
-            let size = match live.slab {
-                LARGE => Arena::block_size(live.nbytes).expect("checked on acquire"),
-                slab => self.slabs.block_size(slab),
-            };
+            let size = Arena::block_size(live.nbytes).expect("checked on acquire");
             sanitize::hide(addr as *const u8, size);
         }
         self.stats.releases += 1;
         self.stats.live_bytes -= live.requested as u64;
-        if live.slab == LARGE {
-            self.large.release(addr, live.nbytes);
-        } else {
-            self.slabs.release(&mut self.small, live.slab, addr);
-        }
+        self.large.release(addr, live.nbytes);
         Ok(())
     }
 
@@ -410,17 +413,21 @@ impl Pool {
             return Ok(ptr);
         }
         let addr = (ptr.as_ptr() as usize).wrapping_sub(g);
-        let Some(live) = st.live.get(&addr) else {
+        let found = match st.slabs.find(addr) {
+            Some(small) => Some((small.nbytes, small.owner)),
+            None => st.live.get(&addr).map(|l| (l.nbytes, l.owner)),
+        };
+        let Some((block_bytes, owner)) = found else {
             return err(
                 ErrorKind::UnknownPointer,
                 format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
             );
         };
         // Before the poison fill below: a block the caller may not release stays untouched.
-        if live.owner == Owner::Run && by == Owner::Caller {
+        if owner == Owner::Run && by == Owner::Caller {
             return err(ErrorKind::UnknownPointer, run_owned_message(ptr.as_ptr()));
         }
-        let nbytes = live.nbytes - 2 * g;
+        let nbytes = block_bytes - 2 * g;
         // SAFETY: the block is live (just looked up) and `nbytes` long.
         let intact = unsafe { self.guards_intact(ptr, nbytes) };
         // SAFETY: the block is live and being given back: nobody may use it any more.

@@ -3,9 +3,14 @@
 //! Classes are multiples of 16 bytes up to 256, then eight per power of two, so a block wastes
 //! less than 16 bytes or 12.5% of its size. A slab holds at least 16 blocks. Each class keeps at
 //! most one empty slab, so a class used on and off does not build and tear down slabs; the others
-//! go back to the arena at once, and the kept ones when the pool settles or trims.
+//! go back to the arena at once, and the kept ones when the pool trims or holds more than its cap.
+//! Each slab records which of its blocks are live, for whom and how large, so that the pool
+//! checks a release without a map of every live block.
+
+use std::collections::BTreeMap;
 
 use super::arena::{Arena, NEVER};
+use super::Owner;
 use crate::error::Result;
 
 const MIN_SLAB_BYTES: usize = 16 * 1024;
@@ -30,6 +35,17 @@ struct Slab {
     free: Vec<u32>,
     used: u32,
     class: u16,
+    /// Per block: 0 while free, else its bytes (red zones included) << 1, | 1 if a run owns it.
+    /// What the pool knows of a live small block, found from its address without a map.
+    meta: Vec<u32>,
+}
+
+/// A live block of a slab, found from its address.
+pub(super) struct Found {
+    pub id: u32,
+    /// Bytes of the block as acquired, red zones included.
+    pub nbytes: usize,
+    pub owner: Owner,
 }
 
 pub(super) struct Slabs {
@@ -42,6 +58,8 @@ pub(super) struct Slabs {
     spare_ids: Vec<u32>,
     /// Per class: the one empty slab kept (still listed in `partial`).
     empty: Vec<Option<u32>>,
+    /// Slab ids by base address: a block's slab is the last one starting at or before it.
+    by_base: BTreeMap<usize, u32>,
 }
 
 impl Slabs {
@@ -63,11 +81,13 @@ impl Slabs {
             sizes,
             slabs: Vec::new(),
             spare_ids: Vec::new(),
+            by_base: BTreeMap::new(),
         }
     }
 
-    /// A block for `nbytes`; returns its address and slab id.
-    pub fn alloc(&mut self, arena: &mut Arena, nbytes: usize) -> Result<(usize, u32)> {
+    /// A block for `nbytes` (at most the largest class), live for `owner`; returns its address
+    /// and slab id.
+    pub fn alloc(&mut self, arena: &mut Arena, nbytes: usize, owner: Owner) -> Result<(usize, u32)> {
         let class = self.class_of[nbytes.div_ceil(16)] as usize;
         let id = match self.partial[class].last() {
             Some(&id) => id,
@@ -85,10 +105,27 @@ impl Slabs {
             }
         };
         slab.used += 1;
+        slab.meta[index as usize] = (nbytes as u32) << 1 | (owner == Owner::Run) as u32;
         if slab.used == slab.capacity {
             self.partial[class].pop();
         }
         Ok((slab.base + index as usize * slab.block, id))
+    }
+
+    /// The live block that starts at `addr`, if one does.
+    pub fn find(&self, addr: usize) -> Option<Found> {
+        let (_, &id) = self.by_base.range(..=addr).next_back()?;
+        let slab = self.slabs[id as usize].as_ref().expect("listed slabs are live");
+        let offset = addr - slab.base;
+        if offset >= slab.bytes || offset % slab.block != 0 {
+            return None;
+        }
+        let meta = *slab.meta.get(offset / slab.block)?;
+        (meta != 0).then_some(Found {
+            id,
+            nbytes: (meta >> 1) as usize,
+            owner: if meta & 1 == 1 { Owner::Run } else { Owner::Caller },
+        })
     }
 
     /// The size of the blocks of slab `id`.
@@ -105,7 +142,9 @@ impl Slabs {
             .as_mut()
             .expect("live blocks belong to live slabs");
         let was_full = slab.used == slab.capacity;
-        slab.free.push(((addr - slab.base) / slab.block) as u32);
+        let index = (addr - slab.base) / slab.block;
+        slab.meta[index] = 0;
+        slab.free.push(index as u32);
         slab.used -= 1;
         let (class, now_empty) = (slab.class as usize, slab.used == 0);
         if was_full {
@@ -130,6 +169,7 @@ impl Slabs {
 
     fn free_slab(&mut self, arena: &mut Arena, id: u32) {
         let slab = self.slabs[id as usize].take().expect("a live slab");
+        self.by_base.remove(&slab.base);
         self.spare_ids.push(id);
         let partial = &mut self.partial[slab.class as usize];
         if let Some(pos) = partial.iter().position(|&s| s == id) {
@@ -143,15 +183,17 @@ impl Slabs {
         let bytes = (block * 16).max(MIN_SLAB_BYTES);
         // Slabs live as long as their blocks do: unknown, so as long-lived.
         let base = arena.alloc(bytes, &|_| NEVER)?;
+        let capacity = (bytes / block) as u32;
         let slab = Slab {
             base,
             bytes,
             block,
-            capacity: (bytes / block) as u32,
+            capacity,
             fresh: 0,
-            free: Vec::new(),
+            free: Vec::with_capacity(capacity as usize),
             used: 0,
             class: class as u16,
+            meta: vec![0; capacity as usize],
         };
         let id = match self.spare_ids.pop() {
             Some(id) => {
@@ -163,6 +205,7 @@ impl Slabs {
                 (self.slabs.len() - 1) as u32
             }
         };
+        self.by_base.insert(base, id);
         self.partial[class].push(id);
         Ok(id)
     }
@@ -186,7 +229,7 @@ mod tests {
         let mut arena = Arena::new(1 << 20);
         let mut slabs = Slabs::new(1023);
         for n in 1..=1023 {
-            let (addr, id) = slabs.alloc(&mut arena, n).unwrap();
+            let (addr, id) = slabs.alloc(&mut arena, n, Owner::Caller).unwrap();
             slabs.release(&mut arena, id, addr);
         }
     }
@@ -196,7 +239,7 @@ mod tests {
         let mut arena = Arena::new(1 << 20);
         let mut slabs = Slabs::new(1024);
         let blocks: Vec<(usize, u32)> = (0..100)
-            .map(|i| slabs.alloc(&mut arena, 1 + (i * 37) % 1024).unwrap())
+            .map(|i| slabs.alloc(&mut arena, 1 + (i * 37) % 1024, Owner::Caller).unwrap())
             .collect();
         let mut addrs: Vec<usize> = blocks.iter().map(|b| b.0).collect();
         addrs.sort();
