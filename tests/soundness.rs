@@ -180,14 +180,19 @@ fn the_pool_refuses_to_release_a_buffer_of_a_run() {
     assert_eq!(stats.live_bytes, 0);
 }
 
+/// A pool with red zones (debug guards around every block).
+fn guarded_pool() -> Arc<Pool> {
+    let config = graphsched::PoolConfig {
+        red_zones: 1,
+        ..Default::default()
+    };
+    Arc::new(Pool::new(config).unwrap())
+}
+
 /// With red zones on, `live_bytes` still counts the bytes callers asked for, not the guards.
 #[test]
 fn red_zones_are_not_counted_as_live_bytes() {
-    let pool = Pool::new(graphsched::PoolConfig {
-        red_zones: 1,
-        ..Default::default()
-    })
-    .unwrap();
+    let pool = guarded_pool();
     let p = pool.acquire(100, false).unwrap();
     assert_eq!(pool.stats().live_bytes, 100);
     // SAFETY: acquired above, not used after.
@@ -480,11 +485,7 @@ fn red_zones_follow_an_in_place_output_into_its_larger_block() {
         .unwrap();
     b.mark_output(ValueRef::new(c, 0)).unwrap();
     let graph = Arc::new(b.finalize().unwrap());
-    let config = graphsched::PoolConfig {
-        red_zones: 1,
-        ..Default::default()
-    };
-    let pool = Arc::new(Pool::new(config).unwrap());
+    let pool = guarded_pool();
     let r = run(&graph, &pool, &RunOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     drop(r);
     assert_eq!(pool.stats().live_bytes, 0);
@@ -523,13 +524,7 @@ fn red_zones_catch_an_in_place_kernel_that_overruns() {
         };
         b.mark_output(ValueRef::new(last, 0)).unwrap();
         let graph = Arc::new(b.finalize().unwrap());
-        let pool = Arc::new(
-            Pool::new(graphsched::PoolConfig {
-                red_zones: 1,
-                ..Default::default()
-            })
-            .unwrap(),
-        );
+        let pool = guarded_pool();
         let Err(e) = run(&graph, &pool, &RunOptions::default()) else {
             panic!("an overrun went unnoticed (then in place: {then_in_place})")
         };
