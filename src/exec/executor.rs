@@ -368,9 +368,12 @@ impl Shared {
                 .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(1) => {
-                    // The run is over; from here on nothing of it may be touched. Every sleeper
-                    // wakes: the run's caller may be among them, and nothing else would wake it.
-                    self.sleep.notify(usize::MAX);
+                    // The run is over; from here on nothing of it may be touched. Its caller may
+                    // be asleep waiting for this, and nothing else would wake it: unless this
+                    // thread is that caller, every sleeper wakes (the caller among them).
+                    if own != Some(run) {
+                        self.sleep.notify(usize::MAX);
+                    }
                     return;
                 }
                 Ok(_) => return,

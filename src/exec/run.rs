@@ -271,7 +271,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             );
         }
     }
-    let os_allocs_before = pool.stats().os_allocs;
+    let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
     let prio = graph.priorities();
@@ -330,7 +330,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         nodes_run,
         peak_live_bytes,
         acquires,
-        os_allocs: pool.stats().os_allocs - os_allocs_before,
+        os_allocs: pool.os_allocs() - os_allocs_before,
         threads: threads as u64,
         busy_ns,
     };

@@ -72,16 +72,18 @@ pub struct Pool {
     /// This pool for memcheck, when it runs.
     mempool: Mempool,
     state: Mutex<State>,
-    /// `reserved_bytes` as the last holder of the lock left it, for readers that must not take
-    /// the lock (a traced run, after every node). Relaxed: a figure, publishing nothing.
+    /// `reserved_bytes` and `os_allocs` as the last holder of the lock left them, for readers
+    /// that must not take the lock (a traced run after every node, every run twice). Relaxed:
+    /// figures, publishing nothing.
     reserved: AtomicU64,
+    os_allocs: AtomicU64,
 }
 
 /// The pool's state while its lock is held; on unlock it leaves `reserved_bytes` where
 /// [`Pool::reserved_bytes`] reads it without the lock.
 struct Locked<'p> {
     state: MutexGuard<'p, State>,
-    reserved: &'p AtomicU64,
+    pool: &'p Pool,
 }
 
 impl std::ops::Deref for Locked<'_> {
@@ -100,7 +102,8 @@ impl std::ops::DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        self.reserved.store(self.state.committed() as u64, Ordering::Relaxed);
+        self.pool.reserved.store(self.state.committed() as u64, Ordering::Relaxed);
+        self.pool.os_allocs.store(self.state.os_allocs(), Ordering::Relaxed);
     }
 }
 
@@ -298,6 +301,7 @@ impl Pool {
                 stats: PoolStats::default(),
             }),
             reserved: AtomicU64::new(0),
+            os_allocs: AtomicU64::new(0),
         })
     }
 
@@ -559,7 +563,7 @@ impl Pool {
         // (a panic elsewhere in the holder's thread) leaves consistent state.
         Locked {
             state: self.state.lock().unwrap_or_else(|e| e.into_inner()),
-            reserved: &self.reserved,
+            pool: self,
         }
     }
 
@@ -567,6 +571,11 @@ impl Pool {
     /// left, for callers that read it often (a traced run, after every node).
     pub fn reserved_bytes(&self) -> u64 {
         self.reserved.load(Ordering::Relaxed)
+    }
+
+    /// `stats().os_allocs` without taking the pool's lock, as the last operation left it.
+    pub fn os_allocs(&self) -> u64 {
+        self.os_allocs.load(Ordering::Relaxed)
     }
 }
 

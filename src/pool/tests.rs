@@ -106,6 +106,8 @@ fn reserved_bytes_without_the_lock_follow_the_stats() {
     let small = pool.acquire(100, false).unwrap();
     assert!(pool.reserved_bytes() >= (1 << 20) + 100);
     assert_eq!(pool.reserved_bytes(), pool.stats().reserved_bytes);
+    assert_eq!(pool.os_allocs(), pool.stats().os_allocs);
+    assert!(pool.os_allocs() >= 2);
     // SAFETY: blocks of this test, not used after their release.
     unsafe {
         pool.release(big).unwrap();
