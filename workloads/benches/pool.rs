@@ -142,6 +142,53 @@ fn main() {
     }
 
     println!();
+    println!("acquire+release pairs on one shared pool from 1 and from 2 threads at once: pairs per");
+    println!("microsecond, and 2-thread throughput over 1-thread (median of 5 rounds; issue 12 asks 1.6x)");
+    println!(
+        "{:>10} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>8}",
+        "size", "pool 1t", "pool 2t", "scaling", "malloc 1t", "malloc 2t", "scaling"
+    );
+    for size in [64usize, 4 << 10] {
+        let iters = 200_000;
+        let throughput = |threads: usize, pair: &(dyn Fn(usize) + Sync)| {
+            median(
+                (0..5)
+                    .map(|_| {
+                        let t = Instant::now();
+                        std::thread::scope(|s| {
+                            for _ in 0..threads {
+                                s.spawn(|| (0..iters).for_each(|_| pair(size)));
+                            }
+                        });
+                        (threads * iters) as f64 / (t.elapsed().as_nanos() as f64 / 1000.0)
+                    })
+                    .collect(),
+            )
+        };
+        let pool_pair = |size: usize| {
+            let p = pool.acquire(size, false).unwrap();
+            // SAFETY: acquired above, not used after.
+            unsafe { pool.release(std::hint::black_box(p)) }.unwrap();
+        };
+        let malloc_pair = |size: usize| {
+            // SAFETY: plain malloc/free of a positive size.
+            unsafe { libc::free(std::hint::black_box(libc::malloc(size))) };
+        };
+        let (p1, p2) = (throughput(1, &pool_pair), throughput(2, &pool_pair));
+        let (m1, m2) = (throughput(1, &malloc_pair), throughput(2, &malloc_pair));
+        println!(
+            "{:>10} | {:>10.1} {:>10.1} {:>7.2}x | {:>10.1} {:>10.1} {:>7.2}x",
+            size,
+            p1,
+            p2,
+            p2 / p1,
+            m1,
+            m2,
+            m2 / m1
+        );
+    }
+
+    println!();
     println!("real graphs, file order, one thread: the pool's peak against the max-live lower bound");
     println!(
         "{:>18} | {:>12} {:>13} {:>6} | {:>13} {:>6} | {:>12} {:>12}",
