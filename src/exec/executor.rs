@@ -23,7 +23,8 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::padded::CachePadded;
-use super::state::{panic_text, RunState, Scratch};
+use super::scratch::Scratch;
+use super::state::{panic_text, RunState};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::sched::BANDS;
 

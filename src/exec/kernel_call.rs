@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::cache::CACHE_MAX_BYTES;
-use super::state::{lock, panic_text, RunState, Scratch, Slot};
+use super::scratch::Scratch;
+use super::state::{lock, panic_text, RunState, Slot};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::kernel::{Buffer, DynamicOutputs, KernelCtx};
@@ -280,6 +281,13 @@ impl RunState<'_> {
                 }
             };
         }
+        if let Some(input) = *taken {
+            // The block now belongs to the output's slot alone: the input's slot keeps only its
+            // size (the value's end in `finish_node` counts it), so that nothing, not even the
+            // sweep after a panic, gives the block back twice.
+            // SAFETY: this node is the input's last reader (`take_over`); nobody else touches it.
+            unsafe { (*self.slots[input as usize].get()).buffer.ptr = std::ptr::null_mut() };
+        }
         if self.gate.is_none() {
             // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
             self.add_live(dynamic);
@@ -318,18 +326,26 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
         }
         let value = g.node_values(self.node).start + i as u32;
         let until = g.release_tick(value).map_or(NEVER, u64::from);
-        // A reservation made above goes back with the node's others if this fails.
-        let block = run
+        match run
             .pool
             .acquire_until(nbytes, g.zero_output(self.node), until, Owner::Run)
-            .map_err(|e| {
-                Error::new(
+        {
+            Ok(block) => {
+                self.acquired += 1;
+                Ok(block.as_ptr().cast())
+            }
+            Err(e) => {
+                if run.has_gate() {
+                    // The kernel may go on (try a smaller size): this reservation holds nothing.
+                    run.live.fetch_sub(nbytes as u64, Ordering::Relaxed);
+                    self.reserved -= nbytes as u64;
+                }
+                err(
                     e.kind(),
                     format!("dynamic output {i} of node '{}': {}", g.node_name(self.node), e.message()),
                 )
-            })?;
-        self.acquired += 1;
-        Ok(block.as_ptr().cast())
+            }
+        }
     }
 }
 

@@ -47,6 +47,7 @@ mod kernel_call;
 mod padded;
 mod recycle;
 mod run;
+mod scratch;
 mod state;
 mod window;
 

@@ -1,0 +1,77 @@
+//! A thread's scratch space: the lists every node it executes reuses, and the counts it adds to
+//! the run once per task. Workers keep theirs for their life; a thread that calls `run` keeps
+//! its own between runs, so that a steady run allocates nothing.
+
+use crate::kernel::Buffer;
+use crate::tensor::Tensor;
+
+/// Per-thread scratch space reused by every node a thread executes, and counts kept per thread
+/// until `flush` adds them to the run (one atomic add per task instead of per node).
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub(super) inputs: Vec<Tensor>,
+    pub(super) outputs: Vec<Tensor>,
+    pub(super) buffers: Vec<Buffer>,
+    pub ready: Vec<u32>,
+    /// Waiting nodes a release let in (memory reserved), most critical first.
+    pub admitted: Vec<u32>,
+    pub(super) nodes_run: u64,
+    pub(super) acquires: u64,
+    /// Nodes executed by this thread, for sampling kernel durations.
+    pub(super) executed: u64,
+    /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).
+    pub slot: Option<usize>,
+    /// Track of this thread in traces: 0 for a calling thread, worker index + 1.
+    pub thread: u32,
+    /// Nanoseconds spent in kernels while the run is traced.
+    pub(super) busy_ns: u64,
+    /// An input whose buffer the current node's output took over (in place): at the node's
+    /// end its value goes without giving the buffer back.
+    pub(super) taken: Option<u32>,
+    /// Values the current node freed.
+    pub(super) freed: Vec<u32>,
+}
+
+thread_local! {
+    /// The scratch of the runs this thread calls, kept between them (a run it calls from inside
+    /// a kernel finds none and makes its own).
+    static CALLER_SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scratch {
+    /// Scratch for a run this thread calls: the one its last run left, emptied, else new.
+    pub(super) fn for_caller() -> Scratch {
+        // While the thread's storage is being torn down (a run from a thread-exit destructor),
+        // there is none to keep: a fresh scratch.
+        let kept = CALLER_SCRATCH.try_with(|c| c.take()).ok().flatten().unwrap_or_default();
+        let Scratch {
+            mut inputs,
+            mut outputs,
+            mut buffers,
+            mut ready,
+            mut admitted,
+            mut freed,
+            ..
+        } = kept;
+        inputs.clear();
+        outputs.clear();
+        buffers.clear();
+        ready.clear();
+        admitted.clear();
+        freed.clear();
+        Scratch {
+            inputs,
+            outputs,
+            buffers,
+            ready,
+            admitted,
+            freed,
+            ..Default::default()
+        }
+    }
+
+    /// Keeps this scratch for the thread's next run.
+    pub(super) fn keep_for_caller(self) {
+        let _ = CALLER_SCRATCH.try_with(|c| c.set(Some(self)));
+    }
+}
