@@ -225,8 +225,17 @@ fn analysis_invariants_on_random_dags() {
             for &val in g.node_inputs(node) {
                 assert!(pos[g.value_producer(val) as usize] < pos[node as usize], "seed {seed}");
             }
-            let best_succ = g.successors(node).iter().map(|&s| p.bottom_level[s as usize]).max().unwrap_or(0);
-            assert_eq!(p.bottom_level[node as usize], w(node) + best_succ, "seed {seed} node {node}");
+            let best_succ = g
+                .successors(node)
+                .iter()
+                .map(|&s| p.bottom_level[s as usize])
+                .max()
+                .unwrap_or(0);
+            assert_eq!(
+                p.bottom_level[node as usize],
+                w(node) + best_succ,
+                "seed {seed} node {node}"
+            );
         }
         let cp = g.critical_path();
         let sum: u64 = cp.iter().map(|&node| w(node)).sum();
@@ -253,8 +262,17 @@ fn the_reported_critical_path_follows_learned_estimates() {
     });
     let s = b.add_node(NodeDesc::new("slow", "Sleep", slow).output(8)).unwrap();
     let q1 = b.add_node(NodeDesc::new("q1", "Quick", noop()).output(8)).unwrap();
-    let q2 = b.add_node(NodeDesc::new("q2", "Quick", noop()).output(8).input(v(q1))).unwrap();
-    let join = b.add_node(NodeDesc::new("join", "Quick", noop()).output(8).input(v(s)).input(v(q2))).unwrap();
+    let q2 = b
+        .add_node(NodeDesc::new("q2", "Quick", noop()).output(8).input(v(q1)))
+        .unwrap();
+    let join = b
+        .add_node(
+            NodeDesc::new("join", "Quick", noop())
+                .output(8)
+                .input(v(s))
+                .input(v(q2)),
+        )
+        .unwrap();
     b.mark_output(v(join)).unwrap();
     let g = Arc::new(b.finalize().unwrap());
     // Nothing measured: every node weighs the default, and the longer chain is critical.
@@ -276,8 +294,12 @@ fn the_memory_aware_order_ignores_graph_inputs() {
     let mut b = GraphBuilder::new();
     let x = b.add_input("x", 1000).unwrap();
     let r = b.add_node(NodeDesc::new("r", "Op", noop()).output(2000)).unwrap();
-    let q = b.add_node(NodeDesc::new("q", "Op", noop()).input(x).input(v(r)).output(300)).unwrap();
-    let p = b.add_node(NodeDesc::new("p", "Op", noop()).input(v(r)).output(100)).unwrap();
+    let q = b
+        .add_node(NodeDesc::new("q", "Op", noop()).input(x).input(v(r)).output(300))
+        .unwrap();
+    let p = b
+        .add_node(NodeDesc::new("p", "Op", noop()).input(v(r)).output(100))
+        .unwrap();
     let join = b.add_node(node("join", &[v(p), v(q)], 1)).unwrap();
     b.mark_output(v(join)).unwrap();
     let g = b.finalize().unwrap();

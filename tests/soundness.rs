@@ -451,7 +451,9 @@ fn a_fault_after_an_in_place_node_gives_its_block_back_once() {
     let graph = Arc::new(b.finalize().unwrap());
     let pool = Arc::new(Pool::default());
     graphsched::exec::fault::panic_after_node(Some("fault-in-place"));
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&graph, &pool, &RunOptions::default()).err()));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(&graph, &pool, &RunOptions::default()).err()
+    }));
     graphsched::exec::fault::panic_after_node(None);
     let e = outcome
         .expect("the run's cleanup does not panic")
@@ -475,9 +477,15 @@ fn a_refused_dynamic_allocation_keeps_no_reservation() {
         ctx.alloc_output(0, 16).map_err(|e| e.to_string())?;
         Ok(())
     });
-    let d = b.add_node(NodeDesc::new("retry", "Op", retry).dynamic_output()).unwrap();
+    let d = b
+        .add_node(NodeDesc::new("retry", "Op", retry).dynamic_output())
+        .unwrap();
     let next = b
-        .add_node(NodeDesc::new("next", "Op", noop()).input(ValueRef::new(d, 0)).output(2000))
+        .add_node(
+            NodeDesc::new("next", "Op", noop())
+                .input(ValueRef::new(d, 0))
+                .output(2000),
+        )
         .unwrap();
     b.mark_output(ValueRef::new(next, 0)).unwrap();
     let graph = Arc::new(b.finalize().unwrap());

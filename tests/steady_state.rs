@@ -114,6 +114,9 @@ fn a_steady_run_on_an_executor_allocates_only_the_injectors_blocks() {
             ..Default::default()
         };
         let n = allocations_of_a_steady_run(&graph, &options, 3);
-        assert!(n <= blocks, "{name}: {n} allocations in a steady run, more than {blocks}");
+        assert!(
+            n <= blocks,
+            "{name}: {n} allocations in a steady run, more than {blocks}"
+        );
     }
 }

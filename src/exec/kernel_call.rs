@@ -133,7 +133,10 @@ impl RunState<'_> {
                     }
                     // The plan gives this value `n` bytes of the arena, which no value live at the
                     // same time overlaps.
-                    (Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n), false)
+                    (
+                        Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n),
+                        false,
+                    )
                 } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
                     match self.refill(cache, n) {
                         Ok(refills) => *acquires += refills,
@@ -174,7 +177,11 @@ impl RunState<'_> {
                     let n = g.value_size(v).bytes().unwrap_or(0);
                     return err(
                         e.kind(),
-                        format!("output {k} of node '{}' ({n} bytes): {}", g.node_name(node), e.message()),
+                        format!(
+                            "output {k} of node '{}' ({n} bytes): {}",
+                            g.node_name(node),
+                            e.message()
+                        ),
                     );
                 }
             }
@@ -342,7 +349,11 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
                 }
                 err(
                     e.kind(),
-                    format!("dynamic output {i} of node '{}': {}", g.node_name(self.node), e.message()),
+                    format!(
+                        "dynamic output {i} of node '{}': {}",
+                        g.node_name(self.node),
+                        e.message()
+                    ),
                 )
             }
         }

@@ -51,7 +51,7 @@ mod scratch;
 mod state;
 mod window;
 
-pub use crate::trace::NodeEvent;
 pub use crate::kernel::KernelCtx;
+pub use crate::trace::NodeEvent;
 pub use executor::Executor;
 pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats, INPUT_BINDING_TENSOR_OFFSET};

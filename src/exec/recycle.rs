@@ -79,7 +79,9 @@ impl RunArrays {
         let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::default())).collect();
         let Some(mut arrays) = spare else {
             return RunArrays {
-                slots: (0..graph.value_count()).map(|_| UnsafeCell::new(Slot::default())).collect(),
+                slots: (0..graph.value_count())
+                    .map(|_| UnsafeCell::new(Slot::default()))
+                    .collect(),
                 refs: bin.initial_refs.iter().map(|&r| AtomicU32::new(r)).collect(),
                 pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
                 caches: new_caches(),

@@ -6,14 +6,14 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::kernel::Buffer;
-use super::executor::Executor;
 use super::cache::release;
+use super::executor::Executor;
 use super::recycle::{keep_output_list, take_output_list};
 use super::scratch::Scratch;
 use super::state::{RunState, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
+use crate::kernel::Buffer;
 use crate::plan::{Mode, Plan};
 use crate::pool::Pool;
 use crate::sched::Policy;

@@ -258,9 +258,7 @@ pub unsafe extern "C" fn gs_graph_finalize(graph: *mut gs_graph) -> gs_status {
         let g = unsafe { handle_ref(graph, "graph") }?;
         let mut builder = g.builder();
         let compiled = builder.finalize()?;
-        g.compiled
-            .set(Arc::new(compiled))
-            .expect("the builder finalizes once");
+        g.compiled.set(Arc::new(compiled)).expect("the builder finalizes once");
         Ok(())
     })
 }

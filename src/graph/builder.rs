@@ -95,7 +95,7 @@ pub struct GraphBuilder {
     /// Inputs of node `i` are `inputs[input_start[i]..input_start[i + 1]]` (of `nodes`).
     pub(super) inputs: Vec<ValueRef>,
     pub(super) graph_outputs: Vec<ValueRef>,
-    finalized: bool
+    finalized: bool,
 }
 
 impl Default for GraphBuilder {
@@ -272,7 +272,8 @@ impl GraphBuilder {
             return id;
         }
         let id = self.nodes.op_types.len() as u32;
-        self.nodes.op_types
+        self.nodes
+            .op_types
             .push(CString::new(op_type).expect("checked for NUL by the caller"));
         self.op_by_name.insert(op_type.to_owned(), id);
         id
@@ -301,7 +302,8 @@ impl GraphBuilder {
                 ),
             );
         }
-        self.nodes.by_name
+        self.nodes
+            .by_name
             .insert(name.to_str().expect("names come from &str").to_owned(), id);
         self.nodes.names.push(name);
         self.nodes.op_of.push(op);

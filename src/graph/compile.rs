@@ -99,7 +99,8 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     for (i, &v) in topo.iter().enumerate() {
         position[v as usize] = i as u32;
     }
-    let inputs_of = |node: usize| &input_values[b.nodes.input_start[node] as usize..b.nodes.input_start[node + 1] as usize];
+    let inputs_of =
+        |node: usize| &input_values[b.nodes.input_start[node] as usize..b.nodes.input_start[node + 1] as usize];
     let mut release_tick: Vec<u32> = value_node.iter().map(|&p| position[p as usize]).collect();
     for (node, &at) in position.iter().enumerate() {
         for &v in inputs_of(node) {
@@ -128,7 +129,9 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         node_lower_bound_bytes = node_lower_bound_bytes.max(bytes);
     }
 
-    let graph_inputs: Vec<u32> = (0..n as u32).filter(|&i| b.nodes.kernels[i as usize].is_none()).collect();
+    let graph_inputs: Vec<u32> = (0..n as u32)
+        .filter(|&i| b.nodes.kernels[i as usize].is_none())
+        .collect();
     let info = GraphInfo {
         num_nodes: n as u64,
         num_inputs: graph_inputs.len() as u64,

@@ -220,7 +220,8 @@ impl Graph {
 
     /// Value indices a node reads, one per input slot.
     pub fn node_inputs(&self, node: u32) -> &[u32] {
-        &self.input_values[self.nodes.input_start[node as usize] as usize..self.nodes.input_start[node as usize + 1] as usize]
+        &self.input_values
+            [self.nodes.input_start[node as usize] as usize..self.nodes.input_start[node as usize + 1] as usize]
     }
 
     /// Value indices a node produces.

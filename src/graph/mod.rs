@@ -40,14 +40,14 @@
 mod builder;
 mod compile;
 mod compiled;
-mod nodes;
 pub mod memory;
+mod nodes;
 mod order;
 pub mod reach;
 
+pub use builder::{GraphBuilder, NodeDesc};
 pub(crate) use compiled::Annex;
 pub use compiled::{Graph, GraphInfo};
-pub use builder::{GraphBuilder, NodeDesc};
 
 /// Most inputs, and most outputs, one node may have.
 pub const MAX_NODE_PORTS: usize = 65_535;

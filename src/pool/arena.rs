@@ -26,8 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 
-use super::region::{page_down, page_up, Region};
 use super::addr_hash::AddrHasher;
+use super::region::{page_down, page_up, Region};
 use crate::error::{err, ErrorKind, Result};
 
 /// Block granularity and alignment.

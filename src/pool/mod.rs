@@ -102,7 +102,9 @@ impl std::ops::DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        self.pool.reserved.store(self.state.committed() as u64, Ordering::Relaxed);
+        self.pool
+            .reserved
+            .store(self.state.committed() as u64, Ordering::Relaxed);
         self.pool.os_allocs.store(self.state.os_allocs(), Ordering::Relaxed);
     }
 }
@@ -182,7 +184,10 @@ impl State {
         let addr = ptr.as_ptr() as usize;
         if let Some(small) = self.slabs.find(addr) {
             if small.owner == Owner::Run && by == Owner::Caller {
-                return err(ErrorKind::UnknownPointer, run_owned_message((addr + guard) as *const u8));
+                return err(
+                    ErrorKind::UnknownPointer,
+                    run_owned_message((addr + guard) as *const u8),
+                );
             }
             if sanitize::active() {
                 // Before the block goes back to its slab: from there another thread may take it.

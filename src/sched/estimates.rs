@@ -89,10 +89,7 @@ impl Graph {
 
     /// The scheduling priorities for the current estimates, recomputed when they have moved.
     pub fn priorities(&self) -> Arc<Priorities> {
-        let mut cached = learned(self)
-            .priorities
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut cached = learned(self).priorities.lock().unwrap_or_else(|e| e.into_inner());
         match &*cached {
             Some(p) if !p.is_stale(self) => p.clone(),
             _ => {

@@ -332,7 +332,9 @@ mod tests {
     #[test]
     fn priorities_follow_real_moves_of_the_estimates_not_jitter() {
         let mut b = GraphBuilder::new();
-        let n = b.add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8)).unwrap();
+        let n = b
+            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
+            .unwrap();
         let g = b.finalize().unwrap();
         let first = g.priorities();
         g.learn(n, 100);

@@ -2,16 +2,16 @@
 
 use std::sync::Arc;
 
-use graphsched::{Executor, Policy, Pool};
 use graphsched::plan::{Mode, Plan};
+use graphsched::{Executor, Policy, Pool};
 use graphsched_workloads::naive::run_naive;
 use serde_json::json;
 
-use crate::DEMO_SCALE;
 use crate::args::DemoArgs;
 use crate::format::{mb, ms, ratio, to_json, wrap, Table};
 use crate::measure::{measured_run, minor_faults, write_trace, Progress, Row};
 use crate::workload::{physical_memory, Bounds, Workload};
+use crate::DEMO_SCALE;
 
 pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
     let threads = args.threads as usize;

@@ -2,10 +2,10 @@
 
 use serde_json::json;
 
-use crate::FULL_SCALE;
 use crate::args::InfoArgs;
 use crate::format::{mb, ms, to_json, wrap, Table};
 use crate::workload::Workload;
+use crate::FULL_SCALE;
 
 pub(crate) fn info_command(args: InfoArgs) -> Result<String, String> {
     let workload = Workload::load(&args.workload, FULL_SCALE)?;

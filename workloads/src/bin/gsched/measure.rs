@@ -4,8 +4,8 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use graphsched::{run, Executor, Policy, Pool, RunOptions, RunResult};
 use graphsched::plan::Plan;
+use graphsched::{run, Executor, Policy, Pool, RunOptions, RunResult};
 use graphsched_workloads::Measured;
 use serde::Serialize;
 

@@ -2,15 +2,15 @@
 
 use std::sync::Arc;
 
-use graphsched::{run, Pool, RunOptions};
 use graphsched::plan::{Mode, Order, Plan};
+use graphsched::{run, Pool, RunOptions};
 use graphsched_workloads::graph_file::InputBuffers;
 use serde_json::json;
 
-use crate::FULL_SCALE;
 use crate::args::{PlanArgs, PlanModeArg, PlanOrderArg};
 use crate::format::to_json;
 use crate::workload::Workload;
+use crate::FULL_SCALE;
 
 pub(crate) fn plan_command(args: PlanArgs) -> Result<String, String> {
     let mut workload = Workload::load(&args.workload, FULL_SCALE)?;

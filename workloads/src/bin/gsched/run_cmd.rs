@@ -5,12 +5,12 @@ use std::sync::Arc;
 use graphsched::{Executor, Pool};
 use serde_json::json;
 
-use crate::DEMO_SCALE;
 use crate::args::RunArgs;
 use crate::demo::{row_cells, row_table};
 use crate::format::{mb, to_json, wrap};
 use crate::measure::{measured_run, write_trace, Progress, Row};
 use crate::workload::{Bounds, Workload};
+use crate::DEMO_SCALE;
 
 pub(crate) fn run_command(args: RunArgs) -> Result<String, String> {
     let workload = Workload::load(&args.workload, DEMO_SCALE)?;

@@ -3,10 +3,10 @@
 use graphsched::sim::{simulate, SimOptions};
 use serde_json::json;
 
-use crate::FULL_SCALE;
 use crate::args::SimulateArgs;
 use crate::format::{mb, ms, ratio, to_json, Table};
 use crate::workload::{bound_term, Workload};
+use crate::FULL_SCALE;
 
 pub(crate) fn simulate_command(args: SimulateArgs) -> Result<String, String> {
     let workload = Workload::load(&args.workload, FULL_SCALE)?;

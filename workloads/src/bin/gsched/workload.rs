@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use graphsched::Graph;
 use graphsched::sched::BoundTerm;
+use graphsched::Graph;
 use graphsched_workloads::{seed_pipeline, GraphFile, Measured, Pace};
 use serde::Serialize;
 use serde_json::{json, Value};
