@@ -89,18 +89,11 @@ impl Spec {
     }
 
     fn status(&mut self, name: &str, call: &str, got: gs_status, want: gs_status, word: &str) {
-        assert_eq!(
-            got,
-            want,
-            "[{}] {name}: `{call}`; last error: {}",
-            self.area,
-            last_error()
-        );
+        self.returns(name, call, got, want, "");
         if want != gs_status::GS_OK {
             self.mentions(name, call, word);
         }
         self.statuses.insert(got as i32);
-        self.cases += 1;
     }
 
     fn returns<T: PartialEq + Debug>(&mut self, name: &str, call: &str, got: T, want: T, word: &str) {

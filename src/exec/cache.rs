@@ -75,29 +75,25 @@ impl RunState<'_> {
 }
 
 /// Gives blocks back to the pool under one lock (a cache's surplus, a refill's leftovers).
+/// Caller memory (NULL) and empty dynamic outputs (capacity 0, never from the pool) are skipped.
 pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
-    let blocks = buffers.into_iter().filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
+    let blocks = buffers
+        .into_iter()
+        .filter(|b| b.capacity > 0)
+        .filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
     // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
     match unsafe { pool.release_many(blocks, Owner::Run) } {
-        // As in `release`: every block is back, and the run has named the node at fault.
+        // A red zone overwritten: every block is back in the pool, and the run has already
+        // named the node that did it (see `check_red_zones`).
         Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
         other => other.expect("a run releases only blocks it acquired, once"),
     }
 }
 
-/// Gives a buffer back to the pool; caller memory (NULL) and empty dynamic outputs (capacity 0,
-/// never from the pool) are skipped.
+/// Gives one buffer back to the pool, as [`release_many`] does; nothing to give back takes no
+/// lock.
 pub(super) fn release(pool: &Pool, buffer: Buffer) {
-    if buffer.capacity == 0 {
-        return;
-    }
-    if let Some(p) = NonNull::new(buffer.ptr.cast::<u8>()) {
-        // SAFETY: as in `release_many`.
-        match unsafe { pool.release_by(p, Owner::Run) } {
-            // A red zone overwritten: the block is back in the pool, and the run has already
-            // named the node that did it (see `check_red_zones`).
-            Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
-            other => other.expect("a run releases only blocks it acquired, once"),
-        }
+    if buffer.capacity > 0 && !buffer.ptr.is_null() {
+        release_many(pool, std::iter::once(buffer));
     }
 }

@@ -213,7 +213,7 @@ impl RunState<'_> {
             dynamic: &mut dynamic,
         };
         *executed += 1;
-        let sample = self.learn && g.should_sample(node, *executed);
+        let sample = self.learn && self.prio.should_sample(g, node, *executed);
         let start = (sample || self.trace.is_some()).then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         if let Some(start) = start {

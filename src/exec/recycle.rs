@@ -33,31 +33,43 @@ struct OutputList(Vec<(u32, Slot)>);
 // SAFETY: an empty list points at nothing.
 unsafe impl Send for OutputList {}
 
+/// Spare things of one kind: as many as the graph's runs that went on at once, up to
+/// `SPARE`; more would only hold memory.
+struct Spares<T>(Mutex<Vec<T>>);
+
+const SPARE: usize = 8;
+
+impl<T> Spares<T> {
+    fn take(&self) -> Option<T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn keep(&self, spare: T) {
+        let mut spares = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if spares.len() < SPARE {
+            spares.push(spare);
+        }
+    }
+}
+
 /// The graph's spare arrays and output lists, and the reference counts every run starts from.
 struct Bin {
     /// Per value: readers, plus one for a graph output.
     initial_refs: Box<[u32]>,
-    spare: Mutex<Vec<RunArrays>>,
-    spare_outputs: Mutex<Vec<OutputList>>,
+    arrays: Spares<RunArrays>,
+    outputs: Spares<OutputList>,
 }
-
-/// Most spare arrays (or output lists) a graph keeps: as many as its runs that went on at once,
-/// up to this; more would only hold memory.
-const SPARE: usize = 8;
 
 /// An empty list for a result's graph outputs.
 pub(super) fn take_output_list(graph: &Graph) -> Vec<(u32, Slot)> {
-    let spare = bin(graph).spare_outputs.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let spare = bin(graph).outputs.take();
     spare.map_or_else(|| Vec::with_capacity(graph.graph_outputs().len()), |l| l.0)
 }
 
 /// Keeps a result's output list, emptied, for the graph's next run.
 pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
     list.clear();
-    let mut spare = bin(graph).spare_outputs.lock().unwrap_or_else(|e| e.into_inner());
-    if spare.len() < SPARE {
-        spare.push(OutputList(list));
-    }
+    bin(graph).outputs.keep(OutputList(list));
 }
 
 fn bin(graph: &Graph) -> &Bin {
@@ -65,8 +77,8 @@ fn bin(graph: &Graph) -> &Bin {
         initial_refs: (0..graph.value_count() as u32)
             .map(|v| graph.consumers(v) + graph.is_graph_output(v) as u32)
             .collect(),
-        spare: Mutex::new(Vec::new()),
-        spare_outputs: Mutex::new(Vec::new()),
+        arrays: Spares(Mutex::new(Vec::new())),
+        outputs: Spares(Mutex::new(Vec::new())),
     })
 }
 
@@ -75,7 +87,7 @@ impl RunArrays {
     /// some, else new; counters set to their start (`prio` gives the pending counts).
     pub fn take(graph: &Graph, prio: &Priorities, caches: usize) -> RunArrays {
         let bin = bin(graph);
-        let spare = bin.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let spare = bin.arrays.take();
         let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::default())).collect();
         let Some(mut arrays) = spare else {
             return RunArrays {
@@ -104,9 +116,6 @@ impl RunArrays {
         if self.slots.len() != graph.value_count() {
             return; // not arrays of this graph's runs (none yet: the run took none)
         }
-        let mut spare = bin(graph).spare.lock().unwrap_or_else(|e| e.into_inner());
-        if spare.len() < SPARE {
-            spare.push(self);
-        }
+        bin(graph).arrays.keep(self);
     }
 }

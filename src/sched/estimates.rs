@@ -2,7 +2,7 @@
 //!
 //! A node's expected duration is the caller's estimate if it gave one, else what runs have
 //! measured for its op type, else [`DEFAULT_ESTIMATE_NS`]. Runs sample kernel durations
-//! ([`Graph::should_sample`]) and fold them into a moving average per op type
+//! ([`Priorities::should_sample`]) and fold them into a moving average per op type
 //! ([`Graph::learn`]); the [`Priorities`] and the figures of [`Graph::info`] follow the current
 //! estimates, recomputed when the averages have moved by more than a fifth (and by at least
 //! [`MIN_MOVE_NS`]).
@@ -66,11 +66,6 @@ impl Graph {
             .op_ns
             .get(op as usize)
             .map_or(0, |a| a.load(Ordering::Relaxed))
-    }
-
-    /// Whether a run that has executed `executed` nodes so far should time this one.
-    pub fn should_sample(&self, node: u32, executed: u64) -> bool {
-        executed % SAMPLE_EVERY == 0 || self.learned_op_ns(self.op_index(node)) == 0
     }
 
     /// Folds one measured duration of `node` into its op type's moving average (weight 1/8).

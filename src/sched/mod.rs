@@ -274,6 +274,18 @@ impl Priorities {
         &self.succ[self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize]
     }
 
+    /// Whether a thread of a run on these priorities that has executed `executed` nodes should
+    /// time `node`: one node in [`SAMPLE_EVERY`], and every node of an op type not measured yet.
+    /// An op type measured before these priorities were computed costs one array read: an
+    /// average never returns to 0.
+    pub fn should_sample(&self, g: &Graph, node: u32, executed: u64) -> bool {
+        if executed % SAMPLE_EVERY == 0 {
+            return true;
+        }
+        let op = g.op_index(node);
+        self.basis.get(op as usize).is_some_and(|&b| b == 0) && g.learned_op_ns(op) == 0
+    }
+
     /// Whether learned estimates have moved since these were computed: an op type measured for
     /// the first time, or one whose average moved by more than a fifth and by at least
     /// [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
