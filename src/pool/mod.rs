@@ -16,8 +16,14 @@
 //! stays committed (past it, released memory goes back with `MADV_DONTNEED`), [`Pool::trim`]
 //! gives back all free memory and unmaps empty regions.
 //!
-//! One mutex guards the pool; the work under it is a few tree or list operations, no system
-//! calls except when memory is committed or given back. AddressSanitizer and valgrind memcheck,
+//! Two levels of ownership (mimalloc's shape): the *central* pool (`central.rs`) owns all the
+//! memory under one mutex, whose work is a few tree or list operations, no system calls except
+//! when memory is committed or given back; it serves runs. The public `acquire` and `release`
+//! go through the calling thread's *heap* (`heap.rs`), which borrows blocks from the central
+//! pool and keeps a few free ones at hand: a pair of them on one thread takes no lock that
+//! another thread takes, and a release from another thread takes only the owning heap's lock.
+//! Every release is still checked exactly (foreign and double releases are refused).
+//! AddressSanitizer and valgrind memcheck,
 //! when the process has them, are told which bytes a program may touch (module `sanitize`), so
 //! they catch a read of a released block or a write past one; red zones
 //! ([`PoolConfig::red_zones`]) catch such writes without a tool.
@@ -36,23 +42,25 @@
 
 mod addr_hash;
 mod arena;
+mod central;
+mod heap;
+mod out_table;
 mod region;
 pub(crate) mod sanitize;
 mod settings;
 mod slab;
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
-use addr_hash::AddrHasher;
 use arena::Arena;
 pub(crate) use arena::NEVER;
+pub(crate) use central::Owner;
+use central::{not_out_message, Locked, State};
+use heap::Heaps;
 use sanitize::Mempool;
 pub use settings::{PoolConfig, PoolStats};
-use slab::Slabs;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::tensor::MAX_VALUE_BYTES;
@@ -72,195 +80,19 @@ pub struct Pool {
     /// This pool for memcheck, when it runs.
     mempool: Mempool,
     state: Mutex<State>,
-    /// `reserved_bytes` and `os_allocs` as the last holder of the lock left them, for readers
-    /// that must not take the lock (a traced run after every node, every run twice). Relaxed:
-    /// figures, publishing nothing.
+    heaps: Heaps,
+    published: Published,
+}
+
+/// Figures of the central pool as the last holder of its lock left them, for readers that must
+/// not take the lock (a traced run after every node, every run twice, the heaps' peaks).
+/// Relaxed: figures, publishing nothing.
+#[derive(Default)]
+struct Published {
     reserved: AtomicU64,
     os_allocs: AtomicU64,
-}
-
-/// The pool's state while its lock is held; on unlock it leaves `reserved_bytes` where
-/// [`Pool::reserved_bytes`] reads it without the lock.
-struct Locked<'p> {
-    state: MutexGuard<'p, State>,
-    pool: &'p Pool,
-}
-
-impl std::ops::Deref for Locked<'_> {
-    type Target = State;
-
-    fn deref(&self) -> &State {
-        &self.state
-    }
-}
-
-impl std::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        &mut self.state
-    }
-}
-
-impl Drop for Locked<'_> {
-    fn drop(&mut self) {
-        self.pool
-            .reserved
-            .store(self.state.committed() as u64, Ordering::Relaxed);
-        self.pool.os_allocs.store(self.state.os_allocs(), Ordering::Relaxed);
-    }
-}
-
-struct State {
-    /// Slab chunks live in an arena of their own, so that slabs kept for reuse never sit
-    /// between large blocks and change where those go.
-    small: Arena,
-    large: Arena,
-    slabs: Slabs,
-    live: HashMap<usize, Live, BuildHasherDefault<AddrHasher>>,
-    stats: PoolStats,
-}
-
-/// A handed-out block of the large arena: its size and when it will be released. (Small blocks
-/// are recorded by their slabs.)
-#[derive(Clone, Copy)]
-struct Live {
-    /// Bytes of the block, red zones included.
-    nbytes: usize,
-    /// Bytes the caller asked for: what `live_bytes` counts.
-    requested: usize,
-    release_tick: u64,
-    owner: Owner,
-}
-
-/// Who may give a block back. A run's buffers belong to the run (and then its result): the
-/// public `release` refuses them, so a kernel or an engine cannot free a value under the run.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Owner {
-    /// Taken with the public `acquire`: the caller releases it.
-    Caller,
-    /// Taken by a graph run for a value: only the run releases it.
-    Run,
-}
-
-impl State {
-    /// A block of `nbytes` (red zones included) for a caller who asked for `requested`.
-    fn acquire(
-        &mut self,
-        nbytes: usize,
-        requested: usize,
-        release_tick: u64,
-        large_threshold: u64,
-        owner: Owner,
-    ) -> Result<usize> {
-        let commits = self.os_allocs();
-        let addr = if (nbytes as u64) < large_threshold {
-            self.slabs.alloc(&mut self.small, nbytes, owner)?.0
-        } else {
-            // A block of the arena that is not live waits in a recent list: released already.
-            let live = &self.live;
-            let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
-            let addr = self.large.alloc(nbytes, &tick_of)?;
-            let block = Live {
-                nbytes,
-                requested,
-                release_tick,
-                owner,
-            };
-            self.live.insert(addr, block);
-            addr
-        };
-        self.stats.acquires += 1;
-        self.stats.cache_hits += (self.os_allocs() == commits) as u64;
-        self.stats.live_bytes += requested as u64;
-        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
-        let reserved = self.committed() as u64;
-        self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
-        Ok(addr)
-    }
-
-    /// Takes back the block at `ptr`, whose caller's bytes start `guard` bytes in.
-    /// `by` must own it (`Owner`): one look-up both checks and removes.
-    fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize, by: Owner) -> Result<()> {
-        use std::collections::hash_map::Entry;
-        let addr = ptr.as_ptr() as usize;
-        if let Some(small) = self.slabs.find(addr) {
-            if small.owner == Owner::Run && by == Owner::Caller {
-                return err(
-                    ErrorKind::UnknownPointer,
-                    run_owned_message((addr + guard) as *const u8),
-                );
-            }
-            if sanitize::active() {
-                // Before the block goes back to its slab: from there another thread may take it.
-                sanitize::retire(mempool, (addr + guard) as *const u8);
-                sanitize::hide(addr as *const u8, self.slabs.block_size(small.id));
-            }
-            self.stats.releases += 1;
-            self.stats.live_bytes -= (small.nbytes - 2 * guard) as u64;
-            self.slabs.release(&mut self.small, small.id, addr);
-            return Ok(());
-        }
-        let live = match self.live.entry(addr) {
-            Entry::Occupied(e) if e.get().owner == Owner::Run && by == Owner::Caller => {
-                return err(
-                    ErrorKind::UnknownPointer,
-                    run_owned_message((addr + guard) as *const u8),
-                )
-            }
-            Entry::Occupied(e) => e.remove(),
-            Entry::Vacant(_) => {
-                return err(
-                    ErrorKind::UnknownPointer,
-                    format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
-                )
-            }
-        };
-        if sanitize::active() {
-            // Before the block goes back to the free lists: from there another thread may take it.
-            sanitize::retire(mempool, (addr + guard) as *const u8);
-            let size = Arena::block_size(live.nbytes).expect("checked on acquire");
-            sanitize::hide(addr as *const u8, size);
-        }
-        self.stats.releases += 1;
-        self.stats.live_bytes -= live.requested as u64;
-        self.large.release(addr, live.nbytes);
-        Ok(())
-    }
-
-    fn committed(&self) -> usize {
-        self.small.committed() + self.large.committed()
-    }
-
-    fn os_allocs(&self) -> u64 {
-        self.small.os.allocs + self.large.os.allocs
-    }
-
-    /// Coalesces cached blocks. Empty slabs stay (one per class at most): the next run's small
-    /// blocks come from them with no allocation, and `shrink_to` returns them when memory is
-    /// short.
-    fn settle(&mut self) {
-        self.small.settle();
-        self.large.settle();
-    }
-
-    /// Decommits free memory, largest blocks first, until at most `target` bytes stay committed.
-    fn shrink_to(&mut self, target: usize) {
-        let Some(mut excess) = self.committed().checked_sub(target).filter(|&e| e > 0) else {
-            return;
-        };
-        // Empty slabs kept for reuse are free memory too.
-        self.slabs.release_empty(&mut self.small);
-        self.settle();
-        for arena in [&mut self.large, &mut self.small] {
-            for (start, size) in arena.free_blocks_largest_first() {
-                let before = arena.committed();
-                arena.decommit(start, size);
-                excess = excess.saturating_sub(before - arena.committed());
-                if excess == 0 {
-                    return;
-                }
-            }
-        }
-    }
+    /// Bytes out of the central pool (runs' buffers, and callers' when heaps are off).
+    live: AtomicU64,
 }
 
 impl Default for Pool {
@@ -298,15 +130,12 @@ impl Pool {
         Ok(Pool {
             config,
             mempool: sanitize::new_mempool(),
-            state: Mutex::new(State {
-                small: Arena::new(config.region_bytes as usize),
-                large: Arena::new(config.region_bytes as usize),
-                slabs: Slabs::new(config.large_threshold_bytes as usize - 1),
-                live: HashMap::default(),
-                stats: PoolStats::default(),
-            }),
-            reserved: AtomicU64::new(0),
-            os_allocs: AtomicU64::new(0),
+            state: Mutex::new(State::new(
+                config.region_bytes as usize,
+                config.large_threshold_bytes as usize,
+            )),
+            heaps: Heaps::new(config.red_zones == 0 && config.max_pool_bytes == 0),
+            published: Published::default(),
         })
     }
 
@@ -317,7 +146,17 @@ impl Pool {
 
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        self.acquire_until(nbytes, zero, NEVER, Owner::Caller)
+        Self::check_request(nbytes)?;
+        match self.heaps.acquire(self, nbytes) {
+            Some(addr) => Ok(self.hand_out(addr, nbytes, zero)),
+            None => self.acquire_until(nbytes, zero, NEVER, Owner::Caller),
+        }
+    }
+
+    /// Whether a request of `nbytes` (red zones included) comes from the slabs.
+    #[inline]
+    fn is_small(&self, nbytes: usize) -> bool {
+        (nbytes as u64) < self.config.large_threshold_bytes
     }
 
     /// Like [`acquire`](Self::acquire), for `owner`, told when the block will be released:
@@ -334,7 +173,10 @@ impl Pool {
         Self::check_request(nbytes)?;
         let inner = nbytes + self.guard_bytes() * 2;
         let threshold = self.config.large_threshold_bytes;
-        let addr = self.lock().acquire(inner, nbytes, release_tick, threshold, owner)?;
+        let elsewhere = self.heaps.live();
+        let addr = self
+            .lock()
+            .acquire(inner, nbytes, release_tick, threshold, owner, elsewhere)?;
         Ok(self.hand_out(addr, nbytes, zero))
     }
 
@@ -349,15 +191,24 @@ impl Pool {
     ) -> Result<()> {
         Self::check_request(nbytes)?;
         let inner = nbytes + self.guard_bytes() * 2;
+        let elsewhere = self.heaps.live();
         let mut st = self.lock();
         for _ in 0..count {
-            let addr = st.acquire(inner, nbytes, NEVER, self.config.large_threshold_bytes, owner)?;
+            let addr = st.acquire(
+                inner,
+                nbytes,
+                NEVER,
+                self.config.large_threshold_bytes,
+                owner,
+                elsewhere,
+            )?;
             out.push(self.hand_out(addr, nbytes, false));
         }
         Ok(())
     }
 
     /// Bytes of each red zone (0 when they are off).
+    #[inline]
     fn guard_bytes(&self) -> usize {
         if self.config.red_zones != 0 {
             RED_ZONE
@@ -368,6 +219,7 @@ impl Pool {
 
     /// The caller's pointer into a block at `addr` that the pool just took for it: red zones laid
     /// around it if they are on, the memory checkers told, cleared if `zero`.
+    #[inline]
     fn hand_out(&self, addr: usize, nbytes: usize, zero: bool) -> NonNull<u8> {
         let g = self.guard_bytes();
         let ptr = (addr + g) as *mut u8;
@@ -422,15 +274,8 @@ impl Pool {
             return Ok(ptr);
         }
         let addr = (ptr.as_ptr() as usize).wrapping_sub(g);
-        let found = match st.slabs.find(addr) {
-            Some(small) => Some((small.nbytes, small.owner)),
-            None => st.live.get(&addr).map(|l| (l.nbytes, l.owner)),
-        };
-        let Some((block_bytes, owner)) = found else {
-            return err(
-                ErrorKind::UnknownPointer,
-                format!("pointer {ptr:p} was not handed out by this pool, or was already released"),
-            );
+        let Some((block_bytes, owner)) = st.find(addr) else {
+            return err(ErrorKind::UnknownPointer, not_out_message(ptr.as_ptr()));
         };
         // Before the poison fill below: a block the caller may not release stays untouched.
         if owner == Owner::Run && by == Owner::Caller {
@@ -450,6 +295,7 @@ impl Pool {
         Ok(NonNull::new(addr as *mut u8).expect("inside a region"))
     }
 
+    #[inline]
     fn check_request(nbytes: usize) -> Result<()> {
         if nbytes == 0 {
             return err(
@@ -474,6 +320,9 @@ impl Pool {
     /// `acquire`, not from a run, whose buffers belong to the run or its result) and nobody uses
     /// it after this call: the pool may hand its bytes to someone else at once.
     pub unsafe fn release(&self, ptr: NonNull<u8>) -> Result<()> {
+        if self.heaps.release(self, ptr) {
+            return Ok(());
+        }
         // SAFETY: the caller's promise.
         unsafe { self.release_by(ptr, Owner::Caller) }
     }
@@ -531,36 +380,49 @@ impl Pool {
     /// graph find the pool as the first run left it and make the same choices (and so need no
     /// new memory).
     pub fn settle(&self) {
+        self.heaps.drain(self);
         self.lock().settle();
     }
 
     /// Gives every free byte back to the system and unmaps regions that hold no block.
     pub fn trim(&self) {
+        self.heaps.drain(self);
         let mut st = self.lock();
         st.shrink_to(0);
         st.small.unmap_empty_regions();
         st.large.unmap_empty_regions();
     }
 
-    /// A snapshot of the counters, taken under the lock, so its fields agree with each other.
+    /// A snapshot of the counters: the central pool's under its lock, so they agree with each
+    /// other, plus each thread heap's under its own (see module `heap` for what peaks mean when
+    /// threads acquire at once).
     pub fn stats(&self) -> PoolStats {
-        let st = self.lock();
-        let (a, b) = (st.small.os, st.large.os);
-        PoolStats {
-            reserved_bytes: st.committed() as u64,
-            os_allocs: a.allocs + b.allocs,
-            os_alloc_bytes: a.alloc_bytes + b.alloc_bytes,
-            os_frees: a.frees + b.frees,
-            os_free_bytes: a.free_bytes + b.free_bytes,
-            ..st.stats
-        }
+        let mut stats = {
+            let st = self.lock();
+            let (a, b) = (st.small.os, st.large.os);
+            PoolStats {
+                reserved_bytes: st.committed() as u64,
+                os_allocs: a.allocs + b.allocs,
+                os_alloc_bytes: a.alloc_bytes + b.alloc_bytes,
+                os_frees: a.frees + b.frees,
+                os_free_bytes: a.free_bytes + b.free_bytes,
+                ..st.stats
+            }
+        };
+        self.heaps.add_counts(&mut stats);
+        stats
     }
 
     /// Restarts peak tracking from the current levels, to measure one run.
     pub fn reset_peaks(&self) {
-        let mut st = self.lock();
-        st.stats.peak_live_bytes = st.stats.live_bytes;
-        st.stats.peak_reserved_bytes = st.committed() as u64;
+        let elsewhere = self.heaps.live();
+        let central = {
+            let mut st = self.lock();
+            st.stats.peak_live_bytes = st.stats.live_bytes + elsewhere;
+            st.stats.peak_reserved_bytes = st.committed() as u64;
+            st.stats.live_bytes
+        };
+        self.heaps.reset_peaks(central);
     }
 
     fn lock(&self) -> Locked<'_> {
@@ -575,12 +437,12 @@ impl Pool {
     /// `stats().reserved_bytes` without taking the pool's lock: the figure the last operation
     /// left, for callers that read it often (a traced run, after every node).
     pub fn reserved_bytes(&self) -> u64 {
-        self.reserved.load(Ordering::Relaxed)
+        self.published.reserved.load(Ordering::Relaxed)
     }
 
     /// `stats().os_allocs` without taking the pool's lock, as the last operation left it.
     pub fn os_allocs(&self) -> u64 {
-        self.os_allocs.load(Ordering::Relaxed)
+        self.published.os_allocs.load(Ordering::Relaxed)
     }
 }
 

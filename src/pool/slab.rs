@@ -16,6 +16,7 @@ use crate::error::Result;
 const MIN_SLAB_BYTES: usize = 16 * 1024;
 
 /// The class a request of `nbytes` (> 0) rounds up to.
+#[inline]
 pub(super) fn class_size(nbytes: usize) -> usize {
     let step = if nbytes <= 256 {
         16
@@ -35,8 +36,9 @@ struct Slab {
     free: Vec<u32>,
     used: u32,
     class: u16,
-    /// Per block: 0 while free, else its bytes (red zones included) << 1, | 1 if a run owns it.
-    /// What the pool knows of a live small block, found from its address without a map.
+    /// Per block: 0 while free, else its bytes (red zones included) << 2 | its owner's code
+    /// (`Owner::code`). What the pool knows of a live small block, found from its address without
+    /// a map.
     meta: Vec<u32>,
 }
 
@@ -105,7 +107,7 @@ impl Slabs {
             }
         };
         slab.used += 1;
-        slab.meta[index as usize] = (nbytes as u32) << 1 | (owner == Owner::Run) as u32;
+        slab.meta[index as usize] = (nbytes as u32) << 2 | owner.code();
         if slab.used == slab.capacity {
             self.partial[class].pop();
         }
@@ -123,8 +125,8 @@ impl Slabs {
         let meta = *slab.meta.get(offset / slab.block)?;
         (meta != 0).then_some(Found {
             id,
-            nbytes: (meta >> 1) as usize,
-            owner: if meta & 1 == 1 { Owner::Run } else { Owner::Caller },
+            nbytes: (meta >> 2) as usize,
+            owner: Owner::from_code(meta & 3),
         })
     }
 

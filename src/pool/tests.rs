@@ -116,3 +116,182 @@ fn reserved_bytes_without_the_lock_follow_the_stats() {
     pool.trim();
     assert_eq!(pool.reserved_bytes(), 0);
 }
+
+/// Blocks of several sizes, small and large, for the heap tests.
+const SIZES: [usize; 6] = [16, 100, 1000, 1024, 5000, 300_000];
+
+#[test]
+fn a_block_released_by_another_thread_goes_back_once() {
+    let pool = Pool::default();
+    let blocks: Vec<usize> = std::thread::scope(|s| {
+        s.spawn(|| {
+            SIZES
+                .iter()
+                .cycle()
+                .take(60)
+                .map(|&n| pool.acquire(n, false).unwrap().as_ptr() as usize)
+                .collect()
+        })
+        .join()
+        .unwrap()
+    });
+    let total: usize = SIZES.iter().sum::<usize>() * 10;
+    assert_eq!(pool.stats().live_bytes, total as u64);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for &b in &blocks {
+                let p = NonNull::new(b as *mut u8).unwrap();
+                // SAFETY: acquired above by the other thread, not used after.
+                unsafe { pool.release(p) }.unwrap();
+            }
+        });
+    });
+    for &b in &blocks {
+        let p = NonNull::new(b as *mut u8).unwrap();
+        // SAFETY: released already: refused before anything is touched.
+        let again = unsafe { pool.release(p) }.unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::UnknownPointer, "{again}");
+    }
+    let s = pool.stats();
+    assert_eq!((s.acquires, s.releases, s.live_bytes), (60, 60, 0));
+    assert_eq!(
+        s.peak_live_bytes, total as u64,
+        "one thread at a time: the peak is exact"
+    );
+    assert_eq!(pool.heaps.count(), 1, "the releasing thread made no heap");
+}
+
+#[test]
+fn a_pointer_no_heap_handed_out_is_refused() {
+    let pool = Pool::default();
+    let p = pool.acquire(4096, false).unwrap();
+    let q = pool.acquire(64, false).unwrap();
+    // SAFETY: neither pointer is a block of the pool: refused before anything is touched.
+    unsafe {
+        let inside = NonNull::new(p.as_ptr().add(64)).unwrap();
+        assert_eq!(pool.release(inside).unwrap_err().kind(), ErrorKind::UnknownPointer);
+        let mut local = 0u64;
+        let foreign = NonNull::new((&mut local as *mut u64).cast::<u8>()).unwrap();
+        assert_eq!(pool.release(foreign).unwrap_err().kind(), ErrorKind::UnknownPointer);
+    }
+    // A spare of the small class waits free in the heap's bin: refused as released.
+    let spare = NonNull::new(q.as_ptr().wrapping_add(64)).unwrap();
+    // SAFETY: not out, so refused before anything is touched.
+    assert_eq!(
+        unsafe { pool.release(spare) }.unwrap_err().kind(),
+        ErrorKind::UnknownPointer
+    );
+    // SAFETY: blocks of this test, not used after.
+    unsafe {
+        pool.release(p).unwrap();
+        pool.release(q).unwrap();
+    }
+    assert_eq!(pool.stats().live_bytes, 0);
+}
+
+#[test]
+fn a_finished_threads_heap_is_adopted_and_its_blocks_stay_releasable() {
+    let pool = Pool::default();
+    let kept = std::thread::scope(|s| {
+        s.spawn(|| pool.acquire(5000, false).unwrap().as_ptr() as usize)
+            .join()
+            .unwrap()
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let p = pool.acquire(5000, false).unwrap();
+            // SAFETY: acquired just above, not used after.
+            unsafe { pool.release(p) }.unwrap();
+        });
+    });
+    assert_eq!(pool.heaps.count(), 1, "the second thread adopted the first one's heap");
+    // SAFETY: acquired by the first thread, not used after.
+    unsafe { pool.release(NonNull::new(kept as *mut u8).unwrap()) }.unwrap();
+    let s = pool.stats();
+    assert_eq!((s.acquires, s.releases, s.live_bytes), (2, 2, 0));
+}
+
+#[test]
+fn threads_acquiring_at_once_keep_exact_counts() {
+    let pool = Pool::default();
+    let rounds = 2_000;
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let pool = &pool;
+            s.spawn(move || {
+                let mut held = Vec::new();
+                for i in 0..rounds {
+                    held.push(pool.acquire(SIZES[(i + t) % SIZES.len()], i % 3 == 0).unwrap());
+                    if held.len() > 8 {
+                        // SAFETY: acquired above, not used after.
+                        unsafe { pool.release(held.swap_remove(i % 8)) }.unwrap();
+                    }
+                }
+                for p in held {
+                    // SAFETY: as above.
+                    unsafe { pool.release(p) }.unwrap();
+                }
+            });
+        }
+    });
+    let s = pool.stats();
+    assert_eq!(
+        (s.acquires, s.releases, s.live_bytes),
+        (2 * rounds as u64, 2 * rounds as u64, 0)
+    );
+    assert!(s.peak_live_bytes >= 9 * 16 && s.peak_live_bytes <= 2 * 9 * 300_000);
+    pool.trim();
+    assert_eq!(
+        pool.stats().reserved_bytes,
+        0,
+        "trim takes back what the heaps held free"
+    );
+}
+
+#[test]
+fn settle_gives_the_heaps_free_blocks_back_for_other_sizes() {
+    let pool = Pool::default();
+    let blocks: Vec<_> = (0..10).map(|_| pool.acquire(100_000, false).unwrap()).collect();
+    for p in blocks {
+        // SAFETY: acquired above, not used after.
+        unsafe { pool.release(p) }.unwrap();
+    }
+    let reserved = pool.stats().reserved_bytes;
+    pool.settle();
+    // One block the size of all ten fits in their coalesced memory.
+    let big = pool.acquire(10 * 100_000, false).unwrap();
+    assert_eq!(pool.stats().reserved_bytes, reserved, "no new memory");
+    // SAFETY: acquired above, not used after.
+    unsafe { pool.release(big) }.unwrap();
+}
+
+#[test]
+fn a_dropped_pools_heap_is_let_go_by_the_thread() {
+    for _ in 0..3 {
+        let pool = Pool::default();
+        let p = pool.acquire(64, false).unwrap();
+        // SAFETY: acquired above, not used after.
+        unsafe { pool.release(p) }.unwrap();
+    }
+    assert!(super::heap::attached_here() <= 1, "dead pools' heaps were let go");
+}
+
+#[test]
+fn pools_with_red_zones_or_a_cap_have_no_heaps() {
+    for config in [
+        PoolConfig {
+            red_zones: 1,
+            ..Default::default()
+        },
+        PoolConfig {
+            max_pool_bytes: 1 << 20,
+            ..Default::default()
+        },
+    ] {
+        let pool = Pool::new(config).unwrap();
+        let p = pool.acquire(64, false).unwrap();
+        // SAFETY: acquired above, not used after.
+        unsafe { pool.release(p) }.unwrap();
+        assert_eq!(pool.heaps.count(), 0);
+    }
+}

@@ -1,0 +1,285 @@
+//! The central pool: the arenas, the slabs and the record of every block out, under one mutex.
+//! It serves runs, the threads' heaps (`heap.rs`) when they run dry, and every caller when heaps
+//! are off; it owns all the memory, so coalescing, caps and trimming see every free byte.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::addr_hash::AddrHasher;
+use super::arena::{Arena, NEVER};
+use super::sanitize::{self, Mempool};
+use super::slab::Slabs;
+use super::{run_owned_message, Pool, PoolStats};
+use crate::error::{err, ErrorKind, Result};
+
+/// Who may give a block back. A run's buffers belong to the run (and then its result): the
+/// public `release` refuses them, so a kernel or an engine cannot free a value under the run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Owner {
+    /// Taken with the public `acquire`: the caller releases it.
+    Caller,
+    /// Taken by a graph run for a value: only the run releases it.
+    Run,
+    /// Lent to a thread's heap, which hands it out and takes it back itself; the central pool
+    /// counts it neither live nor free, and refuses a release of it (a block the heap has out is
+    /// released through the heap, so one that reaches here is free already).
+    Heap,
+}
+
+impl Owner {
+    /// Two bits, for the slabs' per-block record.
+    pub(super) fn code(self) -> u32 {
+        match self {
+            Owner::Caller => 0,
+            Owner::Run => 1,
+            Owner::Heap => 2,
+        }
+    }
+
+    pub(super) fn from_code(code: u32) -> Owner {
+        match code {
+            1 => Owner::Run,
+            2 => Owner::Heap,
+            _ => Owner::Caller,
+        }
+    }
+}
+
+/// A handed-out block of the large arena: its size and when it will be released. (Small blocks
+/// are recorded by their slabs.)
+#[derive(Clone, Copy)]
+pub(super) struct Live {
+    /// Bytes of the block, red zones included.
+    pub nbytes: usize,
+    /// Bytes the caller asked for: what `live_bytes` counts.
+    pub requested: usize,
+    pub release_tick: u64,
+    pub owner: Owner,
+}
+
+pub(super) struct State {
+    /// Slab chunks live in an arena of their own, so that slabs kept for reuse never sit
+    /// between large blocks and change where those go.
+    pub small: Arena,
+    pub large: Arena,
+    pub slabs: Slabs,
+    pub live: HashMap<usize, Live, BuildHasherDefault<AddrHasher>>,
+    /// Counts of the central pool's own acquires and releases (heaps keep theirs).
+    pub stats: PoolStats,
+}
+
+/// The central state while its lock is held; on unlock it leaves the figures that readers take
+/// without the lock (`Pool::reserved_bytes`, `Pool::os_allocs`, the heaps' peaks).
+pub(super) struct Locked<'p> {
+    pub state: MutexGuard<'p, State>,
+    pub pool: &'p Pool,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let published = &self.pool.published;
+        published
+            .reserved
+            .store(self.state.committed() as u64, Ordering::Relaxed);
+        published.os_allocs.store(self.state.os_allocs(), Ordering::Relaxed);
+        published.live.store(self.state.stats.live_bytes, Ordering::Relaxed);
+    }
+}
+
+impl State {
+    pub fn new(region_bytes: usize, large_threshold: usize) -> State {
+        State {
+            small: Arena::new(region_bytes),
+            large: Arena::new(region_bytes),
+            slabs: Slabs::new(large_threshold - 1),
+            live: HashMap::default(),
+            stats: PoolStats::default(),
+        }
+    }
+
+    /// A block of `nbytes` (red zones included) for a caller who asked for `requested`.
+    /// `elsewhere`: bytes the heaps have out, for the peak.
+    pub fn acquire(
+        &mut self,
+        nbytes: usize,
+        requested: usize,
+        release_tick: u64,
+        large_threshold: u64,
+        owner: Owner,
+        elsewhere: u64,
+    ) -> Result<usize> {
+        let commits = self.os_allocs();
+        let addr = self.place(nbytes, requested, release_tick, large_threshold, owner)?;
+        self.stats.acquires += 1;
+        self.stats.cache_hits += (self.os_allocs() == commits) as u64;
+        self.stats.live_bytes += requested as u64;
+        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes + elsewhere);
+        self.note_reserved();
+        Ok(addr)
+    }
+
+    /// A block for a heap (`Owner::Heap`), counted neither as an acquire nor as live: the heap
+    /// counts what it hands out. Returns the block and whether memory had to be committed.
+    pub fn lend(&mut self, nbytes: usize, large_threshold: u64) -> Result<(usize, bool)> {
+        let commits = self.os_allocs();
+        let addr = self.place(nbytes, 0, NEVER, large_threshold, Owner::Heap)?;
+        self.note_reserved();
+        Ok((addr, self.os_allocs() != commits))
+    }
+
+    fn note_reserved(&mut self) {
+        let reserved = self.committed() as u64;
+        self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
+    }
+
+    fn place(
+        &mut self,
+        nbytes: usize,
+        requested: usize,
+        release_tick: u64,
+        large_threshold: u64,
+        owner: Owner,
+    ) -> Result<usize> {
+        if (nbytes as u64) < large_threshold {
+            return Ok(self.slabs.alloc(&mut self.small, nbytes, owner)?.0);
+        }
+        // A block of the arena that is not live waits in a recent list: released already.
+        let live = &self.live;
+        let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
+        let addr = self.large.alloc(nbytes, &tick_of)?;
+        let block = Live {
+            nbytes,
+            requested,
+            release_tick,
+            owner,
+        };
+        self.live.insert(addr, block);
+        Ok(addr)
+    }
+
+    /// Takes back a block a heap held free (lent with `lend`, of `nbytes`).
+    pub fn reclaim(&mut self, addr: usize) {
+        if let Some(small) = self.slabs.find(addr) {
+            debug_assert_eq!(small.owner, Owner::Heap);
+            self.slabs.release(&mut self.small, small.id, addr);
+            return;
+        }
+        let live = self
+            .live
+            .remove(&addr)
+            .expect("heaps give back only blocks lent to them");
+        debug_assert_eq!(live.owner, Owner::Heap);
+        self.large.release(addr, live.nbytes);
+    }
+
+    /// Takes back the block at `ptr`, whose caller's bytes start `guard` bytes in.
+    /// `by` must own it (`Owner`): one look-up both checks and removes.
+    pub fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize, by: Owner) -> Result<()> {
+        let addr = ptr.as_ptr() as usize;
+        let caller_ptr = (addr + guard) as *const u8;
+        let small = self.slabs.find(addr);
+        let (nbytes, requested, block_size, owner) = match &small {
+            Some(small) => (
+                small.nbytes,
+                small.nbytes - 2 * guard,
+                self.slabs.block_size(small.id),
+                small.owner,
+            ),
+            None => match self.live.get(&addr) {
+                Some(l) => (
+                    l.nbytes,
+                    l.requested,
+                    Arena::block_size(l.nbytes).expect("checked on acquire"),
+                    l.owner,
+                ),
+                None => return err(ErrorKind::UnknownPointer, not_out_message(caller_ptr)),
+            },
+        };
+        match (owner, by) {
+            (Owner::Run, Owner::Caller) => return err(ErrorKind::UnknownPointer, run_owned_message(caller_ptr)),
+            // Lent to a heap and not out there (a heap has first look at every release).
+            (Owner::Heap, _) => return err(ErrorKind::UnknownPointer, not_out_message(caller_ptr)),
+            _ => {}
+        }
+        if sanitize::active() {
+            // Before the block goes back to the free lists: from there another thread may take it.
+            sanitize::retire(mempool, caller_ptr);
+            sanitize::hide(addr as *const u8, block_size);
+        }
+        self.stats.releases += 1;
+        self.stats.live_bytes -= requested as u64;
+        match small {
+            Some(small) => self.slabs.release(&mut self.small, small.id, addr),
+            None => {
+                self.live.remove(&addr);
+                self.large.release(addr, nbytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// The size (red zones included) and owner of the live block at `addr`, if there is one.
+    pub fn find(&self, addr: usize) -> Option<(usize, Owner)> {
+        match self.slabs.find(addr) {
+            Some(small) => Some((small.nbytes, small.owner)),
+            None => self.live.get(&addr).map(|l| (l.nbytes, l.owner)),
+        }
+    }
+
+    pub fn committed(&self) -> usize {
+        self.small.committed() + self.large.committed()
+    }
+
+    pub fn os_allocs(&self) -> u64 {
+        self.small.os.allocs + self.large.os.allocs
+    }
+
+    /// Coalesces cached blocks. Empty slabs stay (one per class at most): the next run's small
+    /// blocks come from them with no allocation, and `shrink_to` returns them when memory is
+    /// short.
+    pub fn settle(&mut self) {
+        self.small.settle();
+        self.large.settle();
+    }
+
+    /// Decommits free memory, largest blocks first, until at most `target` bytes stay committed.
+    pub fn shrink_to(&mut self, target: usize) {
+        let Some(mut excess) = self.committed().checked_sub(target).filter(|&e| e > 0) else {
+            return;
+        };
+        // Empty slabs kept for reuse are free memory too.
+        self.slabs.release_empty(&mut self.small);
+        self.settle();
+        for arena in [&mut self.large, &mut self.small] {
+            for (start, size) in arena.free_blocks_largest_first() {
+                let before = arena.committed();
+                arena.decommit(start, size);
+                excess = excess.saturating_sub(before - arena.committed());
+                if excess == 0 {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn not_out_message(ptr: *const u8) -> String {
+    format!("pointer {ptr:p} was not handed out by this pool, or was already released")
+}
