@@ -177,10 +177,8 @@ fn a_pointer_no_heap_handed_out_is_refused() {
     // A spare of the small class waits free in the heap's bin: refused as released.
     let spare = NonNull::new(q.as_ptr().wrapping_add(64)).unwrap();
     // SAFETY: not out, so refused before anything is touched.
-    assert_eq!(
-        unsafe { pool.release(spare) }.unwrap_err().kind(),
-        ErrorKind::UnknownPointer
-    );
+    let refused = unsafe { pool.release(spare) };
+    assert_eq!(refused.unwrap_err().kind(), ErrorKind::UnknownPointer);
     // SAFETY: blocks of this test, not used after.
     unsafe {
         pool.release(p).unwrap();
