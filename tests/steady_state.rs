@@ -96,12 +96,12 @@ fn a_steady_run_without_an_executor_allocates_nothing() {
     }
 }
 
-/// On an executor, what the calling thread queues goes through crossbeam's injector, which
-/// takes a block of 63 tasks from the heap as it fills: a fan of 300 that the caller queues
-/// costs 5 blocks, a chain, which continues on one thread, none. Nothing else of a steady run
-/// allocates. The executor here has the caller alone, so that the count is deterministic; with
-/// workers, their deques also grow and shrink with the interleaving (crossbeam halves a deque's
-/// buffer when it runs a quarter full). (Issue 12: queues that never allocate are still to come.)
+/// On an executor, the calling thread queues into a deque set of its own, which holds up to 63
+/// tasks per band without allocating; past that, tasks go to crossbeam's injector, which takes a
+/// block of 63 tasks from the heap as it fills: a fan of 300 that the caller queues costs at most
+/// 5 blocks, a chain, which continues on one thread, none. Nothing else of a steady run
+/// allocates. The executor here has the caller alone, so that the count is deterministic.
+/// (Issue 12: an injector that never allocates is still to come.)
 #[test]
 fn a_steady_run_on_an_executor_allocates_only_the_injectors_blocks() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());

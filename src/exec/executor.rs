@@ -1,32 +1,33 @@
 //! The executor: persistent worker threads that run the nodes of any number of concurrent runs.
 //!
-//! Work stealing on crossbeam-deque, with priorities that survive stealing: every worker has one
-//! FIFO deque per priority band and the executor one injector per band. A thread looking for work
-//! scans the bands from the most critical down, and in each band tries its own deque, then the
-//! injector, then the other workers' deques. So an owner and a thief alike take the most critical
-//! work they can see, and within a band the oldest. A node that makes successors ready keeps the
-//! most critical one for itself when it is at least as critical as the node that just ran (the
-//! critical path flows through one thread without queueing) and queues the others, most critical
-//! first.
+//! Work stealing on crossbeam-deque, with priorities that survive stealing (`queues.rs`): every
+//! thread that works has one FIFO deque per priority band, and the executor one injector per
+//! band. A thread looking for work scans the bands from the most critical down, and in each band
+//! tries its own deque, then the injector, then the other threads' deques. So an owner and a
+//! thief alike take the most critical work they can see, and within a band the oldest. A node
+//! that makes successors ready keeps the most critical one for itself when it is at least as
+//! critical as the node that just ran (the critical path flows through one thread without
+//! queueing) and queues the others, most critical first.
 //!
-//! The thread that calls `run` works too: it runs the first ready node itself, then any work it
-//! finds, until its run is over, so a small graph pays no hand-off. Idle threads spin briefly,
-//! then sleep on an event count; an idle executor uses no CPU.
+//! The thread that calls `run` works too: it borrows a deque set for the run, runs the first
+//! ready node itself, then any work it finds, until its run is over, so a small graph pays no
+//! hand-off. Idle threads spin briefly, then sleep on an event count; an idle executor uses no
+//! CPU.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_deque::Worker;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::padded::CachePadded;
+use super::queues::{Local, Queues};
 use super::scratch::Scratch;
 use super::state::{panic_text, RunState};
 use crate::error::{err, Error, ErrorKind, Result};
-use crate::sched::BANDS;
 
 /// How long an idle thread keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
@@ -61,9 +62,7 @@ pub struct Executor {
 
 pub(super) struct Shared {
     threads: usize,
-    injectors: Vec<Injector<Task>>,
-    /// Per worker, per band.
-    stealers: Vec<Vec<Stealer<Task>>>,
+    queues: Queues,
     sleep: Sleep,
     /// Set once when the executor drops (SeqCst store, then every sleeper is woken under the
     /// sleep lock); workers read it (Acquire) when they find no work, and exit.
@@ -97,16 +96,10 @@ impl Executor {
                 format!("{threads} threads asked for; at most 4096 are allowed"),
             );
         }
-        let locals: Vec<Vec<Worker<Task>>> = (1..threads)
-            .map(|_| (0..BANDS).map(|_| Worker::new_fifo()).collect())
-            .collect();
+        let (queues, locals) = Queues::new(threads - 1);
         let shared = Arc::new(Shared {
             threads,
-            injectors: (0..BANDS).map(|_| Injector::new()).collect(),
-            stealers: locals
-                .iter()
-                .map(|bands| bands.iter().map(Worker::stealer).collect())
-                .collect(),
+            queues,
             sleep: Sleep {
                 sleepers: CachePadded(AtomicUsize::new(0)),
                 epoch: Mutex::new(0),
@@ -150,24 +143,33 @@ impl Executor {
             return;
         };
         let mut scratch = Scratch::for_caller();
+        // A deque set of its own if one is free: the run's tasks then need no shared queue.
+        let borrowed = self.shared.queues.borrow();
+        let local = borrowed.as_ref().map(|b| b.local());
         state.active.store(roots.len(), Ordering::Release);
-        self.shared.push(run, rest, None);
+        self.shared.push(run, rest, local);
         let first = Task {
             run,
             node: first,
             reserved: false,
         };
-        self.shared.run_task(first, None, &mut scratch, Some(run));
+        self.shared.run_task(first, local, &mut scratch, Some(run));
         let mut idle_since = None;
         while state.active.load(Ordering::Acquire) != 0 {
-            if let Some(task) = self.shared.find_work(None) {
-                self.shared.run_task(task, None, &mut scratch, Some(run));
+            if let Some(task) = self.shared.find_work(local) {
+                self.shared.run_task(task, local, &mut scratch, Some(run));
                 idle_since = None;
                 continue;
             }
             self.shared.wait_for_work(&mut idle_since, || {
                 state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work()
             });
+        }
+        if let Some(borrowed) = borrowed {
+            let moved = borrowed.give_back();
+            if moved > 0 {
+                self.shared.sleep.notify(moved);
+            }
         }
         scratch.keep_for_caller();
     }
@@ -184,14 +186,15 @@ impl Drop for Executor {
 }
 
 impl Shared {
-    fn worker_main(&self, index: usize, local: Vec<Worker<Task>>) {
+    fn worker_main(&self, index: usize, deques: Vec<Worker<Task>>) {
         let mut scratch = Scratch::default();
         let mut idle_since = None;
+        let local = self.queues.worker_local(index, &deques);
         loop {
-            if let Some(task) = self.find_work(Some((index, &local))) {
+            if let Some(task) = self.find_work(Some(local)) {
                 scratch.slot = Some(index + 1);
                 scratch.thread = index as u32 + 1;
-                self.run_task(task, Some(&local), &mut scratch, None);
+                self.run_task(task, Some(local), &mut scratch, None);
                 idle_since = None;
                 continue;
             }
@@ -217,72 +220,31 @@ impl Shared {
         *idle_since = None;
     }
 
-    /// The most critical task this thread can see: its own deque, the injector, then the other
-    /// workers', band by band.
-    fn find_work(&self, me: Option<(usize, &Vec<Worker<Task>>)>) -> Option<Task> {
-        for band in 0..BANDS {
-            if let Some((_, local)) = me {
-                if let Some(t) = local[band].pop() {
-                    return Some(t);
-                }
-            }
-            loop {
-                let stolen = match me {
-                    Some((_, local)) => self.injectors[band].steal_batch_and_pop(&local[band]),
-                    None => self.injectors[band].steal(),
-                };
-                match stolen {
-                    Steal::Success(t) => return Some(t),
-                    Steal::Retry => continue,
-                    Steal::Empty => break,
-                }
-            }
-            // Victims from a random one on, as TBB and Taskflow do: thieves that all started at
-            // worker 0 would contend on its deque while the others' work waits.
-            let workers = self.stealers.len();
-            let first = if workers > 1 { random_below(workers) } else { 0 };
-            for owner in (first..workers).chain(0..first) {
-                if me.is_some_and(|(index, _)| index == owner) {
-                    continue;
-                }
-                loop {
-                    match self.stealers[owner][band].steal() {
-                        Steal::Success(t) => return Some(t),
-                        Steal::Retry => continue,
-                        Steal::Empty => break,
-                    }
-                }
-            }
-        }
-        None
+    /// The most critical task this thread can see (see `Queues::find`).
+    fn find_work(&self, me: Option<Local<'_>>) -> Option<Task> {
+        self.queues.find(me, random_below)
     }
 
     fn has_work(&self) -> bool {
-        self.injectors.iter().any(|i| !i.is_empty()) || self.stealers.iter().flatten().any(|s| !s.is_empty())
+        self.queues.has_work()
     }
 
     /// Queues nodes of a run (already counted in its `active`), most critical first.
-    fn push(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<&Vec<Worker<Task>>>) {
+    fn push(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<Local<'_>>) {
         self.push_tasks(run, nodes, false, local);
     }
 
     /// Queues a task the window deferred (counted in `active` already), keeping its reservation.
-    fn restart(&self, run: *const RunState<'static>, (node, reserved): (u32, bool), local: Option<&Vec<Worker<Task>>>) {
+    fn restart(&self, run: *const RunState<'static>, (node, reserved): (u32, bool), local: Option<Local<'_>>) {
         self.push_tasks(run, &[node], reserved, local);
     }
 
     /// Queues nodes admitted under the memory limit already.
-    fn push_reserved(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<&Vec<Worker<Task>>>) {
+    fn push_reserved(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<Local<'_>>) {
         self.push_tasks(run, nodes, true, local);
     }
 
-    fn push_tasks(
-        &self,
-        run: *const RunState<'static>,
-        nodes: &[u32],
-        reserved: bool,
-        local: Option<&Vec<Worker<Task>>>,
-    ) {
+    fn push_tasks(&self, run: *const RunState<'static>, nodes: &[u32], reserved: bool, local: Option<Local<'_>>) {
         if nodes.is_empty() {
             return;
         }
@@ -290,11 +252,7 @@ impl Shared {
         let state = unsafe { &*run };
         for &node in nodes {
             let band = state.band(node);
-            let task = Task { run, node, reserved };
-            match local {
-                Some(local) => local[band].push(task),
-                None => self.injectors[band].push(task),
-            }
+            self.queues.push(band, Task { run, node, reserved }, local);
         }
         self.sleep.notify(nodes.len());
     }
@@ -304,12 +262,13 @@ impl Shared {
     fn run_task(
         &self,
         task: Task,
-        local: Option<&Vec<Worker<Task>>>,
+        local: Option<Local<'_>>,
         scratch: &mut Scratch,
         own: Option<*const RunState<'static>>,
     ) {
         let run = task.run;
-        if local.is_none() {
+        if own.is_some() {
+            // A calling thread: its cache slot is 0 in its own run, it has none in others.
             scratch.slot = (own == Some(run)).then_some(0);
         }
         // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
@@ -388,7 +347,7 @@ impl Shared {
     fn run_chain(
         &self,
         task: Task,
-        local: Option<&Vec<Worker<Task>>>,
+        local: Option<Local<'_>>,
         scratch: &mut Scratch,
         in_window: &std::cell::Cell<bool>,
     ) -> Chain {

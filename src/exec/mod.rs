@@ -45,6 +45,7 @@ pub mod fault;
 mod gate;
 mod kernel_call;
 mod padded;
+mod queues;
 mod recycle;
 mod run;
 mod scratch;
