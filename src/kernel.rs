@@ -57,7 +57,7 @@ pub(crate) trait DynamicOutputs {
 pub struct KernelCtx<'a> {
     pub(crate) node: u32,
     pub(crate) name: &'a CStr,
-    pub(crate) inputs: &'a [Tensor],
+    pub(crate) inputs: &'a [&'a Tensor],
     pub(crate) outputs: &'a mut [Tensor],
     /// What the run handed out for each output; the kernel cannot move these.
     pub(crate) buffers: &'a mut [Buffer],
@@ -95,7 +95,7 @@ impl KernelCtx<'_> {
 
     /// The descriptor of input `i` (read-only).
     pub fn input(&self, i: usize) -> Option<&Tensor> {
-        self.inputs.get(i)
+        self.inputs.get(i).copied()
     }
 
     /// The descriptor of output `i`: the kernel may set its dtype and shape and lower `nbytes`.
@@ -105,7 +105,7 @@ impl KernelCtx<'_> {
 
     /// The bytes of input `i`.
     pub fn input_bytes(&self, i: usize) -> Option<&[u8]> {
-        let t = self.inputs.get(i)?;
+        let t = *self.inputs.get(i)?;
         // SAFETY: input buffers stay valid and unwritten while any consumer runs, and `nbytes`
         // never exceeds the buffer (the run checks it after the producer finishes).
         Some(unsafe { std::slice::from_raw_parts(t.data as *const u8, t.nbytes) })

@@ -186,13 +186,16 @@ impl RunState<'_> {
                 }
             }
         }
+        // The inputs' descriptors where their producers left them: no copy.
         inputs.clear();
-        // SAFETY: every input's producer finished before this node became ready (module docs).
-        inputs.extend(
-            g.node_inputs(node)
-                .iter()
-                .map(|&v| unsafe { (*self.slots[v as usize].get()).tensor }),
-        );
+        inputs.extend(g.node_inputs(node).iter().map(|&v| {
+            // SAFETY: a place of a live slot, borrowed raw: nothing is read here.
+            unsafe { &raw const (*self.slots[v as usize].get()).tensor }
+        }));
+        // SAFETY: `*const Tensor` and `&Tensor` have one layout; every pointer is to the slot of
+        // an input whose producer finished before this node became ready, and which nobody
+        // writes until this node (one of its readers) is done (module docs).
+        let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
 
         let kernel = g.kernel(node).expect("operator nodes have kernels");
         let mut dynamic = NodeOutputs {

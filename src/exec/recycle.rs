@@ -2,8 +2,10 @@
 //! with the graph and reused, so that a steady run neither allocates nor page-faults them
 //! (a value's slot alone is 176 bytes: 17 MB for a graph of 100,000 values).
 //!
-//! Invariant: arrays in the bin have every slot empty (the run that held them took each value
-//! out, see `RunState`'s `Drop`), so reuse only resets the counters, from the graph's templates.
+//! Invariant: arrays in the bin have every slot empty — its data and buffer pointers NULL, the
+//! rest stale and rewritten whole by the binding or the producer before anyone reads it (the
+//! run that held them took each value out, see `RunState`'s `Drop`) — so reuse only resets the
+//! counters, from the graph's templates.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::AtomicU32;

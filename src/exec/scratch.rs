@@ -9,7 +9,8 @@ use crate::tensor::Tensor;
 /// until `flush` adds them to the run (one atomic add per task instead of per node).
 #[derive(Default)]
 pub(super) struct Scratch {
-    pub(super) inputs: Vec<Tensor>,
+    /// The running node's inputs: pointers to their slots.
+    pub(super) inputs: Vec<*const Tensor>,
     pub(super) outputs: Vec<Tensor>,
     pub(super) buffers: Vec<Buffer>,
     pub ready: Vec<u32>,

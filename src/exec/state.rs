@@ -474,8 +474,8 @@ impl<'r> RunState<'r> {
                 if scratch.taken == Some(v) {
                     // Its buffer lives on as this node's output: only the value goes.
                     // SAFETY: the last reference is gone; only this thread touches the slot.
-                    let moved = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
-                    self.live.fetch_sub(moved.buffer.capacity as u64, Ordering::Relaxed);
+                    let moved = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
+                    self.live.fetch_sub(moved.capacity as u64, Ordering::Relaxed);
                     // The run's count went down: waiting nodes get their look, as after a release.
                     if gated {
                         freed.push(v);
@@ -504,12 +504,12 @@ impl<'r> RunState<'r> {
     /// pool memory.
     pub(super) fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
-        let value = unsafe { std::mem::take(&mut *self.slots[v as usize].get()) };
-        let bytes = value.buffer.capacity;
+        let buffer = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
+        let bytes = buffer.capacity;
         if bytes == 0 {
             return false;
         }
-        if self.in_arena(value.buffer) {
+        if self.in_arena(buffer) {
             self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
             return true;
         }
@@ -517,13 +517,13 @@ impl<'r> RunState<'r> {
             Some(cache) => {
                 // Parked until a node of this thread takes it: a kernel that kept a pointer to
                 // the value and reads it now is reported by the checkers.
-                sanitize::hide(value.buffer.ptr.cast(), bytes);
-                cache.blocks.push(value.buffer);
+                sanitize::hide(buffer.ptr.cast(), bytes);
+                cache.blocks.push(buffer);
                 if cache.blocks.len() > CACHE_BLOCKS {
                     release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2));
                 }
             }
-            None => release(self.pool, value.buffer),
+            None => release(self.pool, buffer),
         }
         // Only now may admission count these bytes as free: the pool has them back, so the
         // pool's live bytes never exceed what the run accounts for.
@@ -556,6 +556,14 @@ impl Drop for RunState<'_> {
         };
         arrays.give_back(self.graph);
     }
+}
+
+/// Empties a slot whose value is gone and returns the buffer it held. Only the two pointers are
+/// reset, which is what marks a slot empty (see `bind` and `Drop`): the rest of the 176-byte
+/// slot is rewritten whole before anyone reads it again.
+fn empty_slot(slot: &mut Slot) -> Buffer {
+    slot.tensor.data = std::ptr::null_mut();
+    std::mem::replace(&mut slot.buffer, Buffer::NONE)
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
