@@ -88,10 +88,14 @@ pub(super) struct RunState<'r> {
     pub(super) slots: Box<[UnsafeCell<Slot>]>,
     /// Per value: readers still to finish, plus one for a graph output. The decrement that
     /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
-    /// after every read.
+    /// after every read. A value with a single read and no place in the result is never
+    /// counted down: its one reader frees it (its count stays 1, which `take_over` reads as
+    /// "this node is the last reader", as it is).
     pub(super) refs: Box<[AtomicU32]>,
     /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
-    /// node ready: it is ordered after every producer's slot writes.
+    /// node ready: it is ordered after every producer's slot writes. A node with a single
+    /// producer is never counted down: that producer makes it ready, and hands it over on its
+    /// own thread or through a queue, which orders the slot writes as the count would.
     pub(super) pending: Box<[AtomicU32]>,
     /// Queued and running tasks of the run (module docs): reaches 0 exactly once, when the run
     /// is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
@@ -470,7 +474,10 @@ impl<'r> RunState<'r> {
             }
         }
         for &v in g.node_inputs(node) {
-            if self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+            // A value with one read, this one, and no place in the result is done now: its count
+            // is nobody else's to decrement, so it is left alone (no atomic on the hot path).
+            let only_read = g.consumers(v) == 1 && !g.is_graph_output(v);
+            if only_read || self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                 if scratch.taken == Some(v) {
                     // Its buffer lives on as this node's output: only the value goes.
                     // SAFETY: the last reference is gone; only this thread touches the slot.
@@ -493,7 +500,9 @@ impl<'r> RunState<'r> {
             self.readmit(&mut scratch.admitted, &scratch.freed);
         }
         for &s in self.prio.successors_in(self.policy, node) {
-            if self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+            // A successor whose only producer is this node is ready now, its count untouched.
+            let only_producer = self.prio.initial_pending[s as usize] == 1;
+            if only_producer || self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                 ready.push(s);
             }
         }
