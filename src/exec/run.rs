@@ -321,6 +321,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     }
     let mut outputs = take_output_list(graph);
     outputs.extend(graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))));
+    state.drained = true;
     let (nodes_run, peak_live_bytes, acquires) = state.stats();
     let busy_ns = state.busy_ns();
     let events = state.take_events();

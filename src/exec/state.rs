@@ -138,6 +138,10 @@ pub(super) struct RunState<'r> {
     pub(super) busy_ns: AtomicU64,
     /// Which order: FIFO has one band and no continuations.
     pub(super) policy: Policy,
+    /// Set once the run succeeded and its graph outputs moved to the result: then only the
+    /// graph inputs' slots still hold anything (every other value was freed by its last
+    /// reader), and dropping the state need not look at every slot.
+    pub(super) drained: bool,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -209,6 +213,7 @@ impl<'r> RunState<'r> {
             }),
             busy_ns: AtomicU64::new(0),
             policy,
+            drained: false,
         }
     }
 
@@ -546,13 +551,25 @@ impl Drop for RunState<'_> {
     /// success (the graph outputs have moved to the result). Then the arrays, every slot empty,
     /// go back to the graph for its next run.
     fn drop(&mut self) {
-        for i in 0..self.slots.len() {
-            let slot = self.slots[i].get_mut();
-            // Only slots a value or a binding filled: most are empty already, and rewriting
-            // every one would cost as much as the run's own work on a graph of small nodes.
-            if !slot.tensor.data.is_null() || !slot.buffer.ptr.is_null() {
-                let buffer = std::mem::take(slot).buffer;
-                self.give_back(buffer);
+        let g = self.graph;
+        if self.drained {
+            // Bindings are caller memory: emptied, nothing given back.
+            for &node in g.graph_inputs() {
+                *self.slots[g.node_values(node).start as usize].get_mut() = Slot::default();
+            }
+            debug_assert!(
+                self.slots.iter_mut().all(|s| s.get_mut().tensor.data.is_null() && s.get_mut().buffer.ptr.is_null()),
+                "a drained run holds nothing"
+            );
+        } else {
+            for i in 0..self.slots.len() {
+                let slot = self.slots[i].get_mut();
+                // Only slots a value or a binding filled: most are empty already, and rewriting
+                // every one would cost as much as the run's own work on a graph of small nodes.
+                if !slot.tensor.data.is_null() || !slot.buffer.ptr.is_null() {
+                    let buffer = std::mem::take(slot).buffer;
+                    self.give_back(buffer);
+                }
             }
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
