@@ -558,7 +558,9 @@ impl Drop for RunState<'_> {
                 *self.slots[g.node_values(node).start as usize].get_mut() = Slot::default();
             }
             debug_assert!(
-                self.slots.iter_mut().all(|s| s.get_mut().tensor.data.is_null() && s.get_mut().buffer.ptr.is_null()),
+                self.slots
+                    .iter_mut()
+                    .all(|s| s.get_mut().tensor.data.is_null() && s.get_mut().buffer.ptr.is_null()),
                 "a drained run holds nothing"
             );
         } else {

@@ -58,6 +58,7 @@ pub(super) struct Heaps {
     /// Tells this pool's heaps apart in a thread's list (never reused).
     uid: u64,
     enabled: bool,
+    classes: Classes,
     /// Every heap made for the pool, newest first; nodes are freed only when the pool drops.
     head: AtomicPtr<Node>,
 }
@@ -65,6 +66,45 @@ pub(super) struct Heaps {
 struct Node {
     heap: Arc<Heap>,
     next: *const Node,
+}
+
+/// The slab classes as tables, so that the path of every acquire and release finds a request's
+/// class with two loads.
+struct Classes {
+    /// Class index by `nbytes.div_ceil(16)`, for requests below the pool's large threshold.
+    index_of: Box<[u8]>,
+    /// Block bytes by class index.
+    size: Box<[usize]>,
+}
+
+impl Classes {
+    fn new(large_threshold: usize) -> Classes {
+        let mut size: Vec<usize> = Vec::new();
+        let index_of = (0..=large_threshold.div_ceil(16))
+            .map(|i| {
+                let c = class_size((i * 16).max(1));
+                if size.last() != Some(&c) {
+                    size.push(c);
+                }
+                (size.len() - 1) as u8
+            })
+            .collect();
+        Classes {
+            index_of,
+            size: size.into(),
+        }
+    }
+
+    /// The block size and, for a small request, the class index of a request of `nbytes`.
+    #[inline]
+    fn fit(&self, nbytes: usize, small: bool) -> (usize, Option<usize>) {
+        if small {
+            let class = self.index_of[nbytes.div_ceil(16)] as usize;
+            (self.size[class], Some(class))
+        } else {
+            (Arena::block_size(nbytes).expect("checked by the pool"), None)
+        }
+    }
 }
 
 /// One thread's heap. Aligned so that two heaps' locks never share a cache line.
@@ -83,13 +123,57 @@ unsafe impl Sync for Heap {}
 // SAFETY: as above; the state holds plain addresses and counts.
 unsafe impl Send for Heap {}
 
+/// Free blocks of one size, inline: the path of every acquire and release reads it without
+/// following another pointer.
+struct Bin {
+    len: usize,
+    blocks: [usize; BIN_BLOCKS],
+}
+
+impl Default for Bin {
+    fn default() -> Bin {
+        Bin {
+            len: 0,
+            blocks: [0; BIN_BLOCKS],
+        }
+    }
+}
+
+impl Bin {
+    #[inline]
+    fn pop(&mut self) -> Option<usize> {
+        self.len = self.len.checked_sub(1)?;
+        Some(self.blocks[self.len])
+    }
+
+    /// Adds a block; false (and nothing changes) when the bin is full.
+    #[inline]
+    fn push(&mut self, addr: usize) -> bool {
+        let Some(slot) = self.blocks.get_mut(self.len) else {
+            return false;
+        };
+        *slot = addr;
+        self.len += 1;
+        true
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = usize> + '_ {
+        let n = std::mem::take(&mut self.len);
+        self.blocks[..n].iter().copied()
+    }
+}
+
 #[derive(Default)]
 struct HeapState {
     /// Free blocks of the slab classes, by class index.
-    small: Vec<Vec<usize>>,
+    small: Box<[Bin]>,
     /// Free blocks of the large arena, by block size: at most `LARGE_BINS` sizes, searched in
     /// turn (a miss on a large size empties them all, so few sizes wait at once).
-    large: Vec<(usize, Vec<usize>)>,
+    large: Vec<(usize, Bin)>,
     free_bytes: usize,
     large_free_bytes: usize,
     /// Blocks handed out.
@@ -143,12 +227,16 @@ impl Drop for HeapGuard<'_> {
 }
 
 impl Heap {
-    fn new() -> Heap {
+    /// A heap for a pool of `classes` slab classes.
+    fn new(classes: usize) -> Heap {
         Heap {
             locked: AtomicBool::new(false),
             owned: AtomicBool::new(true),
             live: AtomicU64::new(0),
-            state: UnsafeCell::new(HeapState::default()),
+            state: UnsafeCell::new(HeapState {
+                small: (0..classes).map(|_| Bin::default()).collect(),
+                ..HeapState::default()
+            }),
         }
     }
 
@@ -171,28 +259,13 @@ impl Heap {
     }
 }
 
-/// The index of a slab class size among all classes (16-byte steps to 256, then eight per
-/// power of two).
-#[inline]
-fn class_index(class: usize) -> usize {
-    if class <= 256 {
-        return class / 16 - 1;
-    }
-    let q = (usize::BITS - 1 - (class - 1).leading_zeros()) as usize;
-    16 + (q - 8) * 8 + (class - (1 << q)) / (1 << (q - 3)) - 1
-}
-
 impl HeapState {
-    /// The free list of blocks of `size` bytes (a class size when `small`); None for a large
-    /// size when `LARGE_BINS` other sizes have blocks waiting.
+    /// The free list of blocks of `size` bytes (of slab class `class`, if given); None for a
+    /// large size when `LARGE_BINS` other sizes have blocks waiting.
     #[inline]
-    fn bin(&mut self, size: usize, small: bool) -> Option<&mut Vec<usize>> {
-        if small {
-            let i = class_index(size);
-            if self.small.len() <= i {
-                self.small.resize_with(i + 1, Vec::new);
-            }
-            return Some(&mut self.small[i]);
+    fn bin(&mut self, size: usize, class: Option<usize>) -> Option<&mut Bin> {
+        if let Some(class) = class {
+            return Some(&mut self.small[class]);
         }
         let i = match self.large.iter().position(|(s, _)| *s == size) {
             Some(i) => i,
@@ -202,7 +275,7 @@ impl HeapState {
                     i
                 }
                 None if self.large.len() < LARGE_BINS => {
-                    self.large.push((size, Vec::new()));
+                    self.large.push((size, Bin::default()));
                     self.large.len() - 1
                 }
                 None => return None,
@@ -214,13 +287,13 @@ impl HeapState {
     /// Gives every free block back to the central pool.
     fn give_back_all(&mut self, central: &mut Locked<'_>, large_only: bool) {
         if !large_only {
-            for bin in &mut self.small {
-                bin.drain(..).for_each(|a| central.reclaim(a));
+            for bin in self.small.iter_mut() {
+                bin.drain().for_each(|a| central.reclaim(a));
             }
             self.free_bytes = self.large_free_bytes;
         }
         for (_, bin) in &mut self.large {
-            bin.drain(..).for_each(|a| central.reclaim(a));
+            bin.drain().for_each(|a| central.reclaim(a));
         }
         self.free_bytes -= self.large_free_bytes;
         self.large_free_bytes = 0;
@@ -229,7 +302,12 @@ impl HeapState {
     /// Takes back a block it has out; false if it has no such block out.
     #[inline]
     fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
-        let Some(Out { block, requested }) = self.out.remove(addr) else {
+        let Some(Out {
+            block,
+            requested,
+            class,
+        }) = self.out.remove(addr)
+        else {
             return false;
         };
         if sanitize::active() {
@@ -239,28 +317,29 @@ impl HeapState {
         }
         self.stats.releases += 1;
         self.stats.live_bytes -= requested as u64;
-        let small = pool.is_small(requested);
         let over = self.free_bytes + block > HEAP_FREE_BYTES;
-        match self.bin(block, small).filter(|bin| !over && bin.len() < BIN_BLOCKS) {
-            None => pool.lock().reclaim(addr),
-            Some(bin) => {
-                bin.push(addr);
-                self.free_bytes += block;
-                if !small {
-                    self.large_free_bytes += block;
-                }
+        let class = class.checked_sub(1).map(usize::from);
+        let kept = !over && self.bin(block, class).is_some_and(|bin| bin.push(addr));
+        if kept {
+            self.free_bytes += block;
+            if class.is_none() {
+                self.large_free_bytes += block;
             }
+        } else {
+            pool.lock().reclaim(addr);
         }
         true
     }
 }
 
 impl Heaps {
-    pub fn new(enabled: bool) -> Heaps {
+    /// Heaps for a pool whose slabs serve requests below `large_threshold` bytes.
+    pub fn new(enabled: bool, large_threshold: usize) -> Heaps {
         static NEXT_UID: AtomicU64 = AtomicU64::new(1);
         Heaps {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             enabled,
+            classes: Classes::new(large_threshold),
             head: AtomicPtr::new(ptr::null_mut()),
         }
     }
@@ -345,7 +424,7 @@ impl Heaps {
             }
             node = n.next;
         }
-        let heap = Arc::new(Heap::new());
+        let heap = Arc::new(Heap::new(self.classes.size.len()));
         self.push(heap.clone());
         heap
     }
@@ -358,27 +437,23 @@ impl Heaps {
     pub fn acquire(&self, pool: &Pool, nbytes: usize) -> Option<usize> {
         self.with_own(true, |heap| {
             let mut st = heap.lock();
-            let small = pool.is_small(nbytes);
-            let block = if small {
-                class_size(nbytes)
-            } else {
-                Arena::block_size(nbytes).expect("checked by the pool")
-            };
-            let (addr, hit) = match st.bin(block, small).and_then(Vec::pop) {
+            let (block, class) = self.classes.fit(nbytes, pool.is_small(nbytes));
+            let (addr, hit) = match st.bin(block, class).and_then(Bin::pop) {
                 Some(addr) => {
                     st.free_bytes -= block;
-                    if !small {
+                    if class.is_none() {
                         st.large_free_bytes -= block;
                     }
                     (addr, true)
                 }
-                None => refill(&mut st, pool, nbytes, block, small)?,
+                None => refill(&mut st, pool, nbytes, block, class)?,
             };
             st.out.insert(
                 addr,
                 Out {
                     block,
                     requested: nbytes,
+                    class: class.map_or(0, |c| c as u8 + 1),
                 },
             );
             let s = &mut st.stats;
@@ -459,20 +534,23 @@ impl Heaps {
 /// new size must be able to reuse their memory). Returns the block to hand out and whether no
 /// memory had to be committed; None if the central pool could not lend it.
 #[cold]
-fn refill(st: &mut HeapState, pool: &Pool, nbytes: usize, block: usize, small: bool) -> Option<(usize, bool)> {
+fn refill(st: &mut HeapState, pool: &Pool, nbytes: usize, block: usize, class: Option<usize>) -> Option<(usize, bool)> {
     let mut central = pool.lock();
-    if !small && st.large_free_bytes > 0 {
+    if class.is_none() && st.large_free_bytes > 0 {
         st.give_back_all(&mut central, true);
     }
     let threshold = pool.config.large_threshold_bytes;
     let (addr, committed) = central.lend(nbytes, threshold).ok()?;
-    if small {
+    if let Some(class) = class {
         for _ in 1..SMALL_REFILL {
             // A spare that does not come is not needed now.
             let Ok((spare, _)) = central.lend(nbytes, threshold) else {
                 break;
             };
-            st.bin(block, true).expect("every class has a bin").push(spare);
+            if !st.small[class].push(spare) {
+                central.reclaim(spare);
+                break;
+            }
             st.free_bytes += block;
         }
     }
@@ -510,11 +588,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn class_indices_are_dense_and_ordered() {
-        let mut classes: Vec<usize> = (1..=65_536).map(class_size).collect();
-        classes.dedup();
-        for (i, &c) in classes.iter().enumerate() {
-            assert_eq!(class_index(c), i, "class {c}");
+    fn the_class_tables_agree_with_the_slabs() {
+        for threshold in [1024, 65_536] {
+            let classes = Classes::new(threshold);
+            let mut sizes: Vec<usize> = (1..threshold).map(class_size).collect();
+            sizes.dedup();
+            for n in 1..threshold {
+                let (block, class) = classes.fit(n, true);
+                assert_eq!(block, class_size(n), "{n}");
+                assert_eq!(sizes[class.unwrap()], block, "{n}: dense indices in size order");
+            }
         }
     }
 }

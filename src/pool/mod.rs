@@ -134,7 +134,10 @@ impl Pool {
                 config.region_bytes as usize,
                 config.large_threshold_bytes as usize,
             )),
-            heaps: Heaps::new(config.red_zones == 0 && config.max_pool_bytes == 0),
+            heaps: Heaps::new(
+                config.red_zones == 0 && config.max_pool_bytes == 0,
+                config.large_threshold_bytes as usize,
+            ),
             published: Published::default(),
         })
     }

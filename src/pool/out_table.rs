@@ -16,6 +16,8 @@ pub(super) struct Out {
     pub block: usize,
     /// Bytes the caller asked for.
     pub requested: usize,
+    /// Its slab class index + 1; 0 for a block of the large arena.
+    pub class: u8,
 }
 
 #[derive(Default)]
@@ -63,7 +65,11 @@ mod tests {
     #[test]
     fn entries_come_back_once_whether_recent_or_older() {
         let mut t = OutTable::default();
-        let out = |n| Out { block: n, requested: n };
+        let out = |n| Out {
+            block: n,
+            requested: n,
+            class: 0,
+        };
         for a in 1..=20 {
             t.insert(a * 64, out(a));
         }
