@@ -58,7 +58,7 @@ pub struct KernelCtx<'a> {
     pub(crate) node: u32,
     pub(crate) name: &'a CStr,
     pub(crate) inputs: &'a [&'a Tensor],
-    pub(crate) outputs: &'a mut [Tensor],
+    pub(crate) outputs: &'a mut [&'a mut Tensor],
     /// What the run handed out for each output; the kernel cannot move these.
     pub(crate) buffers: &'a mut [Buffer],
     pub(crate) error: Option<String>,
@@ -100,7 +100,7 @@ impl KernelCtx<'_> {
 
     /// The descriptor of output `i`: the kernel may set its dtype and shape and lower `nbytes`.
     pub fn output(&mut self, i: usize) -> Option<&mut Tensor> {
-        self.outputs.get_mut(i)
+        self.outputs.get_mut(i).map(|t| &mut **t)
     }
 
     /// The bytes of input `i`.
@@ -156,7 +156,7 @@ impl KernelCtx<'_> {
         // Keep a dtype or shape the kernel set before allocating.
         self.outputs[i].data = ptr;
         self.outputs[i].nbytes = nbytes;
-        Ok(&mut self.outputs[i])
+        Ok(&mut *self.outputs[i])
     }
 
     /// Whether output `i` took over its in-place input's buffer (its data pointer is then the

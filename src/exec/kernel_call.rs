@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::cache::CACHE_MAX_BYTES;
 use super::scratch::Scratch;
-use super::state::{lock, panic_text, RunState, Slot};
+use super::state::{lock, panic_text, RunState};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::kernel::{Buffer, DynamicOutputs, KernelCtx};
@@ -85,6 +85,15 @@ impl RunState<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Empties the slots of a node that failed: its outputs never became values (their blocks
+    /// went back already).
+    fn clear_output_slots(&self, node: u32) {
+        for v in self.graph.node_values(node) {
+            // SAFETY: the node failed while it alone could touch its outputs' slots.
+            unsafe { (*self.slots[v as usize].get()).tensor.data = std::ptr::null_mut() };
+        }
     }
 
     pub(super) fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
@@ -165,7 +174,13 @@ impl RunState<'_> {
             match placed {
                 Ok(buffer) => {
                     buffers.push(buffer);
-                    outputs.push(Tensor::new(buffer.ptr, buffer.capacity));
+                    // The descriptor goes straight into the value's slot, where the kernel fills
+                    // it in and the consumers will read it: no copy at the end.
+                    // SAFETY: only this node writes its outputs' slots, and nobody reads them
+                    // before it finishes.
+                    let slot = unsafe { &mut *self.slots[v as usize].get() };
+                    slot.tensor = Tensor::new(buffer.ptr, buffer.capacity);
+                    outputs.push(&raw mut slot.tensor);
                 }
                 Err(e) => {
                     // The outputs placed so far go back (a taken-over input stays its own).
@@ -174,6 +189,7 @@ impl RunState<'_> {
                             self.give_back(b);
                         }
                     }
+                    self.clear_output_slots(node);
                     let n = g.value_size(v).bytes().unwrap_or(0);
                     return err(
                         e.kind(),
@@ -197,6 +213,10 @@ impl RunState<'_> {
         // writes until this node (one of its readers) is done (module docs).
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
 
+        // SAFETY: `*mut Tensor` and `&mut Tensor` have one layout; each points at the slot of a
+        // distinct output of this node, which nothing else touches until the node finishes.
+        let outputs_view: &mut [&mut Tensor] =
+            unsafe { std::slice::from_raw_parts_mut(outputs.as_mut_ptr().cast(), outputs.len()) };
         let kernel = g.kernel(node).expect("operator nodes have kernels");
         let mut dynamic = NodeOutputs {
             run: self,
@@ -209,7 +229,7 @@ impl RunState<'_> {
             node,
             name: g.node_name_c(node),
             inputs,
-            outputs,
+            outputs: outputs_view,
             buffers,
             error: None,
             in_place: in_place_output,
@@ -274,22 +294,18 @@ impl RunState<'_> {
                     self.give_back(b);
                 }
             }
+            self.clear_output_slots(node);
             self.live.fetch_sub(reserved_dynamic, Ordering::Relaxed);
             return Err(e);
         }
-        // Commit: the outputs become values.
+        // Commit: the outputs become values (their descriptors are in their slots already).
         let mut dynamic = 0;
         for (k, v) in values.enumerate() {
             if g.value_size(v) == OutputSize::Dynamic {
                 dynamic += buffers[k].capacity as u64;
             }
             // SAFETY: only this node writes its outputs' slots, before anyone may read them.
-            unsafe {
-                *self.slots[v as usize].get() = Slot {
-                    tensor: outputs[k],
-                    buffer: buffers[k],
-                }
-            };
+            unsafe { (*self.slots[v as usize].get()).buffer = buffers[k] };
         }
         if let Some(input) = *taken {
             // The block now belongs to the output's slot alone: the input's slot keeps only its
@@ -364,8 +380,10 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
 }
 
 /// After a kernel succeeded: every output exists, sits where the run put it, and fits.
-fn check_outputs(g: &Graph, node: u32, outputs: &[Tensor], buffers: &[Buffer]) -> Result<()> {
-    for (k, (t, b)) in outputs.iter().zip(buffers).enumerate() {
+fn check_outputs(g: &Graph, node: u32, outputs: &[*mut Tensor], buffers: &[Buffer]) -> Result<()> {
+    for (k, (&t, b)) in outputs.iter().zip(buffers).enumerate() {
+        // SAFETY: the node's output slots, which the kernel is done writing.
+        let t = unsafe { &*t };
         let problem = if b.ptr.is_null() {
             "is dynamic but the kernel did not allocate it".to_string()
         } else if t.data != b.ptr {

@@ -11,7 +11,8 @@ use crate::tensor::Tensor;
 pub(super) struct Scratch {
     /// The running node's inputs: pointers to their slots.
     pub(super) inputs: Vec<*const Tensor>,
-    pub(super) outputs: Vec<Tensor>,
+    /// The running node's outputs: pointers to their slots.
+    pub(super) outputs: Vec<*mut Tensor>,
     pub(super) buffers: Vec<Buffer>,
     pub ready: Vec<u32>,
     /// Waiting nodes a release let in (memory reserved), most critical first.
