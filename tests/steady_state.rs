@@ -120,3 +120,78 @@ fn a_steady_run_on_an_executor_allocates_only_the_injectors_blocks() {
         );
     }
 }
+
+/// Through the C API, as an engine calls it: after warm-up, a loop of `gs_run` and
+/// `gs_result_free` on a 1-node graph and on a chain allocates nothing, sequentially and on an
+/// executor of one thread (the result's handle reuses the allocation the last free left).
+#[test]
+fn a_steady_run_through_the_c_api_allocates_nothing() {
+    use graphsched::ffi::gs_status::GS_OK;
+    use graphsched::ffi::*;
+    use std::ffi::c_void;
+    use std::ptr::{null, null_mut};
+
+    unsafe extern "C" fn empty_kernel(_: *mut gs_kernel_ctx, _: *mut c_void) -> i32 {
+        0
+    }
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: every pointer passed below is either NULL where allowed or points to a live local
+    // of the right type; handles are used only between their creation and their free.
+    unsafe {
+        let mut pool = null_mut();
+        assert_eq!(gs_pool_new(null(), &mut pool), GS_OK);
+        let mut executor = null_mut();
+        let config = gs_executor_config {
+            threads: 1,
+            ..std::mem::zeroed()
+        };
+        assert_eq!(gs_executor_new(&config, &mut executor), GS_OK);
+        for nodes in [1u32, 200] {
+            let mut graph = null_mut();
+            assert_eq!(gs_graph_new(&mut graph), GS_OK);
+            let sizes = [64usize];
+            for i in 0..nodes {
+                let name = std::ffi::CString::new(format!("n{i}")).unwrap();
+                let input = ValueRef::new(i.saturating_sub(1), 0);
+                let mut d: gs_node_desc = std::mem::zeroed();
+                d.name = name.as_ptr();
+                d.kernel = Some(empty_kernel);
+                d.inputs = &input;
+                d.num_inputs = (i > 0) as u32;
+                d.num_outputs = 1;
+                d.output_sizes = sizes.as_ptr();
+                let mut id = 0;
+                assert_eq!(gs_graph_add_node(graph, &d, &mut id), GS_OK);
+            }
+            assert_eq!(gs_graph_mark_output(graph, ValueRef::new(nodes - 1, 0)), GS_OK);
+            assert_eq!(gs_graph_finalize(graph), GS_OK);
+            for with_executor in [false, true] {
+                let mut options: gs_run_options = std::mem::zeroed();
+                options.flags = GS_RUN_FREEZE_ESTIMATES;
+                if with_executor {
+                    options.executor = executor;
+                }
+                let run_once = || {
+                    let mut result = null_mut();
+                    assert_eq!(gs_run(graph, pool, &options, &mut result), GS_OK);
+                    gs_result_free(result);
+                };
+                for _ in 0..3 {
+                    run_once();
+                }
+                let before = ALLOCS.load(Ordering::Relaxed);
+                for _ in 0..5 {
+                    run_once();
+                }
+                let n = ALLOCS.load(Ordering::Relaxed) - before;
+                assert_eq!(
+                    n, 0,
+                    "{nodes} nodes, executor {with_executor}: {n} allocations in 5 steady runs"
+                );
+            }
+            gs_graph_free(graph);
+        }
+        gs_executor_free(executor);
+        gs_pool_free(pool);
+    }
+}

@@ -18,7 +18,12 @@ pub(crate) trait Handle: Sized + 'static {
 /// Moves `value` to the heap, registers it and returns its handle; `None` if 4,194,304 handles
 /// are live already.
 pub(crate) fn into_handle<T: Handle>(value: T) -> FfiResult<*mut T> {
-    let addr = Box::into_raw(Box::new(value)) as usize;
+    into_handle_boxed(Box::new(value))
+}
+
+/// [`into_handle`] for a value already on the heap (an allocation the caller recycles).
+pub(crate) fn into_handle_boxed<T: Handle>(value: Box<T>) -> FfiResult<*mut T> {
+    let addr = Box::into_raw(value) as usize;
     match registry::register(T::TAG, addr) {
         Some(handle) => Ok(handle as *mut T),
         None => {
@@ -65,13 +70,23 @@ pub(crate) unsafe fn handle_ref<'a, T: Handle>(handle: *const T, arg: &str) -> F
 /// # Safety
 /// As for [`handle_ref`].
 pub(crate) unsafe fn free_handle<T: Handle>(handle: *mut T, arg: &str) {
+    // SAFETY: the caller's promise.
+    unsafe { free_handle_with(handle, arg, drop) }
+}
+
+/// [`free_handle`] that hands the object, still boxed, to `dispose` (which may keep the
+/// allocation for the next handle of its type).
+///
+/// # Safety
+/// As for [`handle_ref`].
+pub(crate) unsafe fn free_handle_with<T: Handle>(handle: *mut T, arg: &str, dispose: impl FnOnce(Box<T>)) {
     if handle.is_null() {
         return;
     }
     match registry::unregister(handle as usize, T::TAG) {
-        // SAFETY: registered by `into_handle`, so it came from `Box::into_raw`; the slot is no
-        // longer live, so nobody frees it twice.
-        Some(addr) => drop(unsafe { Box::from_raw(addr as *mut T) }),
+        // SAFETY: registered by `into_handle_boxed`, so it came from `Box::into_raw`; the slot is
+        // no longer live, so nobody frees it twice.
+        Some(addr) => dispose(unsafe { Box::from_raw(addr as *mut T) }),
         None => set_last_error(&invalid::<T>(handle, arg).message),
     }
 }

@@ -1,10 +1,13 @@
 //! `gs_run` and `gs_result_*`.
 
+use std::cell::Cell;
+use std::mem::MaybeUninit;
+
 use super::cancel::gs_cancel_token;
 use super::executor::gs_executor;
 use super::graph::gs_graph;
 use super::gs_status::*;
-use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, Handle};
+use super::handle::{free_handle_with, handle_ref, into_handle_boxed, out_arg, slice_arg, Handle};
 use super::plan::gs_plan;
 use super::pool::gs_pool;
 use super::status::{guard, FfiError};
@@ -188,7 +191,7 @@ pub unsafe extern "C" fn gs_run(
             run_options.memory_limit_bytes = o.memory_limit_bytes;
         }
         let result = exec::run(compiled, &p.pool, &run_options)?;
-        *out = into_handle(gs_run_result { result })?;
+        *out = into_handle_boxed(boxed_result(gs_run_result { result }))?;
         Ok(())
     })
 }
@@ -274,7 +277,32 @@ pub unsafe extern "C" fn gs_result_write_trace(
 pub unsafe extern "C" fn gs_result_free(result: *mut gs_run_result) {
     let _ = guard(|| {
         // SAFETY: no other thread uses the handle while it is freed (C contract).
-        unsafe { free_handle(result, "result") };
+        unsafe { free_handle_with(result, "result", keep_result_box) };
         Ok(())
     });
+}
+
+thread_local! {
+    /// The allocation of the last result this thread freed, for its next run: a loop of `gs_run`
+    /// and `gs_result_free` allocates nothing once it is steady.
+    static SPARE_RESULT: Cell<Option<Box<MaybeUninit<gs_run_result>>>> = const { Cell::new(None) };
+}
+
+/// `value` on the heap, in the thread's spare allocation if it has one.
+fn boxed_result(value: gs_run_result) -> Box<gs_run_result> {
+    match SPARE_RESULT.try_with(Cell::take).ok().flatten() {
+        Some(spare) => Box::write(spare, value),
+        None => Box::new(value),
+    }
+}
+
+/// Drops a freed result and keeps its allocation as the thread's spare.
+fn keep_result_box(result: Box<gs_run_result>) {
+    let raw = Box::into_raw(result);
+    // SAFETY: `raw` came from a live box; the value is moved out once, and the allocation is
+    // then owned as uninitialized memory of the same layout.
+    let (value, spare) = unsafe { (raw.read(), Box::from_raw(raw.cast::<MaybeUninit<gs_run_result>>())) };
+    drop(value);
+    // A thread that is exiting has no spare slot left: the allocation is freed with `spare`.
+    let _ = SPARE_RESULT.try_with(|s| s.set(Some(spare)));
 }
