@@ -141,10 +141,7 @@ fn a_steady_run_through_the_c_api_allocates_nothing() {
         let mut pool = null_mut();
         assert_eq!(gs_pool_new(null(), &mut pool), GS_OK);
         let mut executor = null_mut();
-        let config = gs_executor_config {
-            threads: 1,
-            ..std::mem::zeroed()
-        };
+        let config = gs_executor_config { threads: 1 };
         assert_eq!(gs_executor_new(&config, &mut executor), GS_OK);
         for nodes in [1u32, 200] {
             let mut graph = null_mut();

@@ -180,7 +180,7 @@ impl RunState<'_> {
                     // before it finishes.
                     let slot = unsafe { &mut *self.slots[v as usize].get() };
                     slot.tensor = Tensor::new(buffer.ptr, buffer.capacity);
-                    outputs.push(&raw mut slot.tensor);
+                    outputs.push(std::ptr::addr_of_mut!(slot.tensor));
                 }
                 Err(e) => {
                     // The outputs placed so far go back (a taken-over input stays its own).
@@ -206,7 +206,7 @@ impl RunState<'_> {
         inputs.clear();
         inputs.extend(g.node_inputs(node).iter().map(|&v| {
             // SAFETY: a place of a live slot, borrowed raw: nothing is read here.
-            unsafe { &raw const (*self.slots[v as usize].get()).tensor }
+            unsafe { std::ptr::addr_of!((*self.slots[v as usize].get()).tensor) }
         }));
         // SAFETY: `*const Tensor` and `&Tensor` have one layout; every pointer is to the slot of
         // an input whose producer finished before this node became ready, and which nobody

@@ -291,7 +291,11 @@ thread_local! {
 /// `value` on the heap, in the thread's spare allocation if it has one.
 fn boxed_result(value: gs_run_result) -> Box<gs_run_result> {
     match SPARE_RESULT.try_with(Cell::take).ok().flatten() {
-        Some(spare) => Box::write(spare, value),
+        Some(mut spare) => {
+            spare.write(value);
+            // SAFETY: just initialized; `MaybeUninit<T>` and `T` share their layout.
+            unsafe { Box::from_raw(Box::into_raw(spare).cast::<gs_run_result>()) }
+        }
         None => Box::new(value),
     }
 }
