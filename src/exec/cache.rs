@@ -35,15 +35,12 @@ impl RunState<'_> {
         Some(unsafe { &mut *cell.get() })
     }
 
-    /// Makes sure `cache` holds a block of `n` bytes, taking some from the pool if it does not:
+    /// Puts blocks of `n` bytes in `cache`, which has none, taking them from the pool:
     /// one at first, twice as many each time the same size misses again in a row, up to
     /// `REFILL` (a fan-out of equal outputs takes the lock once per `REFILL` nodes; sizes seen
     /// once cost no extra blocks).
     /// Returns how many blocks it took from the pool.
-    pub(super) fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<u64> {
-        if cache.blocks.iter().any(|b| b.capacity == n) {
-            return Ok(0);
-        }
+    fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<u64> {
         let count = match cache.streak {
             (size, count) if size == n => (count * 2).min(REFILL),
             _ => 1,
@@ -61,6 +58,19 @@ impl RunState<'_> {
             Buffer::new(p.as_ptr().cast(), n)
         }));
         Ok(count as u64)
+    }
+
+    /// A block of `n` bytes from `cache` (the newest of that size: still warm), refilled from
+    /// the pool if it has none; with how many blocks the refill took.
+    pub(super) fn take_cached(&self, cache: &mut BlockCache, n: usize) -> Result<(Buffer, u64)> {
+        let (i, refills) = match cache.blocks.iter().rposition(|b| b.capacity == n) {
+            Some(i) => (i, 0),
+            None => {
+                let refills = self.refill(cache, n)?;
+                (cache.blocks.len() - 1, refills)
+            }
+        };
+        Ok((cache.blocks.swap_remove(i), refills))
     }
 
     /// Gives every cached block back to the pool (the caches keep their memory for the graph's

@@ -147,12 +147,13 @@ impl RunState<'_> {
                         false,
                     )
                 } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
-                    match self.refill(cache, n) {
-                        Ok(refills) => *acquires += refills,
+                    let buffer = match self.take_cached(cache, n) {
+                        Ok((buffer, refills)) => {
+                            *acquires += refills;
+                            buffer
+                        }
                         Err(e) => break 'placed Err(e),
-                    }
-                    let i = cache.blocks.iter().rposition(|b| b.capacity == n).expect("refilled");
-                    let buffer = cache.blocks.swap_remove(i);
+                    };
                     sanitize::reveal(buffer.ptr.cast(), n);
                     (buffer, false)
                 } else {
