@@ -28,6 +28,15 @@ pub const MIN_MOVE_NS: u64 = 250;
 /// reading the clock twice per node would cost more than the smallest kernels.
 pub const SAMPLE_EVERY: u64 = 8;
 
+/// Op types whose average is below this are measured eight times less often
+/// ([`SAMPLE_EVERY_CHEAP`]): two clock readings (about 50 ns here) would be a few percent of
+/// their time, and their estimates barely change an order (see [`MIN_MOVE_NS`]).
+pub const CHEAP_OP_NS: u64 = 2_000;
+
+/// How often a kernel of a cheap op type (below [`CHEAP_OP_NS`]) is measured: one call in this
+/// many.
+pub const SAMPLE_EVERY_CHEAP: u64 = 64;
+
 /// The scheduler's per-graph state.
 struct Learned {
     /// Per op type: an exponential moving average of measured durations, in ns; 0 until the

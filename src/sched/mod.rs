@@ -44,7 +44,7 @@ mod bound;
 mod estimates;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
-pub use estimates::{DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY};
+pub use estimates::{DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY, SAMPLE_EVERY_CHEAP};
 
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
@@ -275,15 +275,21 @@ impl Priorities {
     }
 
     /// Whether a thread of a run on these priorities that has executed `executed` nodes should
-    /// time `node`: one node in [`SAMPLE_EVERY`], and every node of an op type not measured yet.
-    /// An op type measured before these priorities were computed costs one array read: an
-    /// average never returns to 0.
+    /// time `node`: every node of an op type not measured yet, then one node in
+    /// [`SAMPLE_EVERY`], or in [`SAMPLE_EVERY_CHEAP`] for op types cheaper than
+    /// [`CHEAP_OP_NS`](estimates::CHEAP_OP_NS) when these priorities were computed. An op type
+    /// measured before then costs one array read: an average never returns to 0.
     pub fn should_sample(&self, g: &Graph, node: u32, executed: u64) -> bool {
-        if executed % SAMPLE_EVERY == 0 {
+        let op = g.op_index(node);
+        let basis = self.basis.get(op as usize).copied().unwrap_or(0);
+        if basis == 0 && g.learned_op_ns(op) == 0 {
             return true;
         }
-        let op = g.op_index(node);
-        self.basis.get(op as usize).is_some_and(|&b| b == 0) && g.learned_op_ns(op) == 0
+        let every = match basis {
+            1..estimates::CHEAP_OP_NS => SAMPLE_EVERY_CHEAP,
+            _ => SAMPLE_EVERY,
+        };
+        executed % every == 0
     }
 
     /// Whether learned estimates have moved since these were computed: an op type measured for
