@@ -293,3 +293,53 @@ fn pools_with_red_zones_or_a_cap_have_no_heaps() {
         assert_eq!(pool.heaps.count(), 0);
     }
 }
+
+#[test]
+fn blocks_handed_between_threads_while_the_pool_settles_and_counts() {
+    use std::sync::mpsc;
+    let pool = Pool::default();
+    let rounds = 20_000usize;
+    let (to_releaser, from_acquirer) = mpsc::sync_channel::<usize>(64);
+    std::thread::scope(|s| {
+        // Acquires blocks of every kind and hands each to the other thread, which releases it;
+        // meanwhile a third thread settles, trims and reads the counts.
+        let pool = &pool;
+        s.spawn(move || {
+            for i in 0..rounds {
+                let p = pool.acquire(SIZES[i % SIZES.len()], false).unwrap();
+                // SAFETY: the block holds at least 16 bytes and is this thread's until sent.
+                unsafe { p.as_ptr().write_bytes(i as u8, 16) };
+                to_releaser.send(p.as_ptr() as usize).unwrap();
+            }
+        });
+        s.spawn(move || {
+            for (i, addr) in from_acquirer.iter().enumerate() {
+                let p = NonNull::new(addr as *mut u8).unwrap();
+                // SAFETY: written by the acquirer before the send, which orders it before this.
+                assert_eq!(unsafe { p.as_ptr().read() }, i as u8, "block {i} was handed out twice");
+                // SAFETY: sent to this thread, not used after. (Releasing it twice here is no
+                // test: the acquirer may have the block again already, as from any allocator.)
+                unsafe { pool.release(p) }.unwrap();
+            }
+        });
+        s.spawn(move || {
+            for i in 0..200 {
+                if i % 2 == 0 {
+                    pool.settle();
+                } else {
+                    pool.trim();
+                }
+                let s = pool.stats();
+                assert!(s.releases <= s.acquires);
+                std::thread::yield_now();
+            }
+        });
+    });
+    let s = pool.stats();
+    assert_eq!(
+        (s.acquires, s.releases, s.live_bytes),
+        (rounds as u64, rounds as u64, 0)
+    );
+    pool.trim();
+    assert_eq!(pool.stats().reserved_bytes, 0);
+}
