@@ -192,3 +192,28 @@ fn a_steady_run_through_the_c_api_allocates_nothing() {
         gs_pool_free(pool);
     }
 }
+
+/// A steady sequential run takes blocks from its cache, not the pool: the pool's lock is taken
+/// for a few refills per run, not twice per node, and the pool's figures stay exact (the
+/// blocks parked in the cache do not count as live).
+#[test]
+fn a_steady_sequential_run_takes_the_pool_lock_for_a_few_refills_not_per_node() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let graph = Arc::new(chain(500));
+    let pool = Arc::new(Pool::default());
+    let options = RunOptions::default();
+    drop(graphsched::run(&graph, &pool, &options).unwrap());
+    pool.reset_peaks();
+    let result = graphsched::run(&graph, &pool, &options).unwrap();
+    let acquires = result.stats().acquires;
+    assert!(acquires <= 8, "{acquires} blocks taken from the pool for 500 nodes");
+    let stats = pool.stats();
+    assert_eq!(
+        stats.peak_live_bytes,
+        2 * 64,
+        "a chain holds two 64-byte values at a time"
+    );
+    assert_eq!(stats.live_bytes, 64, "the graph output, and no parked block");
+    drop(result);
+    assert_eq!(pool.stats().live_bytes, 0);
+}

@@ -48,8 +48,9 @@ impl RunState<'_> {
         cache.streak = (n, count);
         let fresh = &mut cache.fresh;
         fresh.clear();
-        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, fresh) {
-            release_many(self.pool, fresh.drain(..).map(|p| Buffer::new(p.as_ptr().cast(), n)));
+        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, self.parks, fresh) {
+            let taken = fresh.drain(..).map(|p| Buffer::new(p.as_ptr().cast(), n));
+            release_many(self.pool, taken, self.parks);
             return Err(e);
         }
         // Parked: a checker (ASan, valgrind) reports any touch until a node is handed one.
@@ -70,7 +71,11 @@ impl RunState<'_> {
                 (cache.blocks.len() - 1, refills)
             }
         };
-        Ok((cache.blocks.swap_remove(i), refills))
+        let buffer = cache.blocks.swap_remove(i);
+        if self.parks {
+            self.pool.unpark(buffer.block);
+        }
+        Ok((buffer, refills))
     }
 
     /// Gives every cached block back to the pool (the caches keep their memory for the graph's
@@ -78,21 +83,22 @@ impl RunState<'_> {
     pub fn flush_caches(&mut self) {
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
-            release_many(self.pool, cache.blocks.drain(..));
+            release_many(self.pool, cache.blocks.drain(..), self.parks);
             cache.streak = (0, 0);
         }
     }
 }
 
-/// Gives blocks back to the pool under one lock (a cache's surplus, a refill's leftovers).
-/// Caller memory (NULL) and empty dynamic outputs (capacity 0, never from the pool) are skipped.
-pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>) {
+/// Gives blocks back to the pool under one lock (a cache's surplus, a refill's leftovers), parked
+/// ones if `parked` (`Pool::park`). Caller memory (NULL) and empty dynamic outputs (capacity 0,
+/// never from the pool) are skipped.
+pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>, parked: bool) {
     let blocks = buffers
         .into_iter()
         .filter(|b| b.capacity > 0)
         .filter_map(|b| NonNull::new(b.ptr.cast::<u8>()));
     // SAFETY: a run releases only blocks it acquired, once, when their last reader is done.
-    match unsafe { pool.release_many(blocks, Owner::Run) } {
+    match unsafe { pool.release_many(blocks, Owner::Run, parked) } {
         // A red zone overwritten: every block is back in the pool, and the run has already
         // named the node that did it (see `check_red_zones`).
         Err(e) if e.kind() == ErrorKind::BufferOverrun => {}
@@ -104,6 +110,6 @@ pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer
 /// lock.
 pub(super) fn release(pool: &Pool, buffer: Buffer) {
     if buffer.capacity > 0 && !buffer.ptr.is_null() {
-        release_many(pool, std::iter::once(buffer));
+        release_many(pool, std::iter::once(buffer), false);
     }
 }

@@ -142,6 +142,11 @@ pub(super) struct RunState<'r> {
     /// graph inputs' slots still hold anything (every other value was freed by its last
     /// reader), and dropping the state need not look at every slot.
     pub(super) drained: bool,
+    /// Blocks in the caches are parked in the pool (not live there): a sequential run, whose
+    /// one thread pays two uncontended atomics for it. A parallel run's caches count as live in
+    /// the pool until the run ends: parking would make every node write a line all threads
+    /// share.
+    pub(super) parks: bool,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -165,7 +170,10 @@ impl<'r> RunState<'r> {
             cancel,
             deadline,
         } = options;
-        let cached = match memory_limit > 0 || !parallel || pool.config().red_zones != 0 {
+        // Under a limit admission needs the pool's own count exact at every moment, and red
+        // zones are checked block by block: no caches. A sequential run has one, whose parked
+        // blocks the pool counts as not live (`Pool::park`), so its figures stay exact.
+        let cached = match memory_limit > 0 || pool.config().red_zones != 0 {
             true => 0,
             false => threads,
         };
@@ -214,6 +222,7 @@ impl<'r> RunState<'r> {
             busy_ns: AtomicU64::new(0),
             policy,
             drained: false,
+            parks: !parallel,
         }
     }
 
@@ -532,9 +541,12 @@ impl<'r> RunState<'r> {
                 // Parked until a node of this thread takes it: a kernel that kept a pointer to
                 // the value and reads it now is reported by the checkers.
                 sanitize::hide(buffer.ptr.cast(), bytes);
+                if self.parks {
+                    self.pool.park(buffer.block);
+                }
                 cache.blocks.push(buffer);
                 if cache.blocks.len() > CACHE_BLOCKS {
-                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2));
+                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2), self.parks);
                 }
             }
             None => release(self.pool, buffer),

@@ -114,8 +114,8 @@ impl State {
         }
     }
 
-    /// A block of `nbytes` (red zones included) for a caller who asked for `requested`.
-    /// `elsewhere`: bytes the heaps have out, for the peak.
+    /// A block of `nbytes` (red zones included) for a caller who asked for `requested`. The
+    /// caller raises the pool's peak (`Pool::raise_peak`), which counts more than this state.
     pub fn acquire(
         &mut self,
         nbytes: usize,
@@ -123,14 +123,12 @@ impl State {
         release_tick: u64,
         large_threshold: u64,
         owner: Owner,
-        elsewhere: u64,
     ) -> Result<usize> {
         let commits = self.os_allocs();
         let addr = self.place(nbytes, requested, release_tick, large_threshold, owner)?;
         self.stats.acquires += 1;
         self.stats.cache_hits += (self.os_allocs() == commits) as u64;
         self.stats.live_bytes += requested as u64;
-        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes + elsewhere);
         self.note_reserved();
         Ok(addr)
     }

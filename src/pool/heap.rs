@@ -460,7 +460,8 @@ impl Heaps {
             s.acquires += 1;
             s.cache_hits += hit as u64;
             s.live_bytes += nbytes as u64;
-            let everywhere = s.live_bytes + pool.published.live.load(Ordering::Relaxed);
+            let central = pool.published.live.load(Ordering::Relaxed);
+            let everywhere = s.live_bytes + central.saturating_sub(pool.published.parked.load(Ordering::Relaxed));
             s.peak_live_bytes = s.peak_live_bytes.max(everywhere);
             Some(addr)
         })

@@ -91,8 +91,15 @@ pub struct Pool {
 struct Published {
     reserved: AtomicU64,
     os_allocs: AtomicU64,
-    /// Bytes out of the central pool (runs' buffers, and callers' when heaps are off).
+    /// Bytes out of the central pool (runs' buffers, and callers' when heaps are off), parked
+    /// ones included.
     live: AtomicU64,
+    /// Of `live`, the bytes of blocks parked in sequential runs' caches: out of the central pool
+    /// but held by no value, so not live. Changed without the lock (`park`, `unpark`).
+    parked: AtomicU64,
+    /// The highest live bytes seen: `live - parked` plus the heaps' bytes out. Raised (fetch_max)
+    /// by the central pool under its lock and by `unpark` without it.
+    peak_live: AtomicU64,
 }
 
 impl Default for Pool {
@@ -177,19 +184,43 @@ impl Pool {
         let inner = nbytes + self.guard_bytes() * 2;
         let threshold = self.config.large_threshold_bytes;
         let elsewhere = self.heaps.live();
-        let addr = self
-            .lock()
-            .acquire(inner, nbytes, release_tick, threshold, owner, elsewhere)?;
+        let addr = {
+            let mut st = self.lock();
+            let addr = st.acquire(inner, nbytes, release_tick, threshold, owner)?;
+            self.raise_peak(st.stats.live_bytes, elsewhere);
+            addr
+        };
         Ok(self.hand_out(addr, nbytes, zero))
     }
 
+    /// Raises the live peak to what is live now: `central` bytes out of the central pool, less
+    /// the parked ones, plus `elsewhere` (the heaps').
+    fn raise_peak(&self, central: u64, elsewhere: u64) {
+        let now = central.saturating_sub(self.published.parked.load(Ordering::Relaxed)) + elsewhere;
+        self.published.peak_live.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// A block of `bytes` a sequential run took back from a value into its cache: no longer
+    /// live, though still the run's. No lock.
+    pub(crate) fn park(&self, bytes: usize) {
+        self.published.parked.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A parked block of `bytes` handed to a node: live again (the peak follows). No lock.
+    pub(crate) fn unpark(&self, bytes: usize) {
+        self.published.parked.fetch_sub(bytes as u64, Ordering::Relaxed);
+        self.raise_peak(self.published.live.load(Ordering::Relaxed), self.heaps.live());
+    }
+
     /// `count` blocks of `nbytes` for `owner` under one lock (not cleared), appended to `out`:
-    /// for callers that keep a few blocks of a size at hand.
+    /// for callers that keep a few blocks of a size at hand. With `parked`, they start parked
+    /// (see [`park`](Self::park)): the caller counts each as live when it hands it out.
     pub(crate) fn acquire_many(
         &self,
         nbytes: usize,
         count: usize,
         owner: Owner,
+        parked: bool,
         out: &mut Vec<NonNull<u8>>,
     ) -> Result<()> {
         Self::check_request(nbytes)?;
@@ -197,14 +228,20 @@ impl Pool {
         let elsewhere = self.heaps.live();
         let mut st = self.lock();
         for _ in 0..count {
-            let addr = st.acquire(
-                inner,
-                nbytes,
-                NEVER,
-                self.config.large_threshold_bytes,
-                owner,
-                elsewhere,
-            )?;
+            if parked {
+                // Before the block counts in `live`: it never shows as live until handed out.
+                self.park(nbytes);
+            }
+            let addr = match st.acquire(inner, nbytes, NEVER, self.config.large_threshold_bytes, owner) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    if parked {
+                        self.published.parked.fetch_sub(nbytes as u64, Ordering::Relaxed);
+                    }
+                    return Err(e);
+                }
+            };
+            self.raise_peak(st.stats.live_bytes, elsewhere);
             out.push(self.hand_out(addr, nbytes, false));
         }
         Ok(())
@@ -364,11 +401,23 @@ impl Pool {
     ///
     /// # Safety
     /// As for [`release`](Self::release), for every pointer.
-    pub(crate) unsafe fn release_many(&self, ptrs: impl IntoIterator<Item = NonNull<u8>>, by: Owner) -> Result<()> {
+    /// With `parked`, the blocks are parked ones (see [`park`](Self::park)), no longer live.
+    pub(crate) unsafe fn release_many(
+        &self,
+        ptrs: impl IntoIterator<Item = NonNull<u8>>,
+        by: Owner,
+        parked: bool,
+    ) -> Result<()> {
         let mut st = self.lock();
         let mut first_error = Ok(());
         for p in ptrs {
+            let before = st.stats.live_bytes;
             let result = self.take_back(&mut st, p, by);
+            if parked {
+                self.published
+                    .parked
+                    .fetch_sub(before - st.stats.live_bytes, Ordering::Relaxed);
+            }
             if first_error.is_ok() {
                 first_error = result;
             }
@@ -403,12 +452,15 @@ impl Pool {
         let mut stats = {
             let st = self.lock();
             let (a, b) = (st.small.os, st.large.os);
+            let parked = self.published.parked.load(Ordering::Relaxed);
             PoolStats {
                 reserved_bytes: st.committed() as u64,
                 os_allocs: a.allocs + b.allocs,
                 os_alloc_bytes: a.alloc_bytes + b.alloc_bytes,
                 os_frees: a.frees + b.frees,
                 os_free_bytes: a.free_bytes + b.free_bytes,
+                live_bytes: st.stats.live_bytes.saturating_sub(parked),
+                peak_live_bytes: self.published.peak_live.load(Ordering::Relaxed),
                 ..st.stats
             }
         };
@@ -421,9 +473,13 @@ impl Pool {
         let elsewhere = self.heaps.live();
         let central = {
             let mut st = self.lock();
-            st.stats.peak_live_bytes = st.stats.live_bytes + elsewhere;
+            let live = st
+                .stats
+                .live_bytes
+                .saturating_sub(self.published.parked.load(Ordering::Relaxed));
+            self.published.peak_live.store(live + elsewhere, Ordering::Relaxed);
             st.stats.peak_reserved_bytes = st.committed() as u64;
-            st.stats.live_bytes
+            live
         };
         self.heaps.reset_peaks(central);
     }
