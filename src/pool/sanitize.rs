@@ -342,12 +342,13 @@ mod tests {
                 assert_ne!(hidden(a, 1), Some(false), "a released block is hidden");
             }
             let mut many = Vec::new();
-            pool.acquire_many(48, 3, crate::pool::Owner::Caller, &mut many).unwrap();
+            pool.acquire_many(48, 3, crate::pool::Owner::Caller, false, &mut many)
+                .unwrap();
             for &p in &many {
                 assert_ne!(hidden(p.as_ptr(), 48), Some(true));
             }
             // SAFETY: acquired above, not used after.
-            unsafe { pool.release_many(many, crate::pool::Owner::Caller) }.unwrap();
+            unsafe { pool.release_many(many, crate::pool::Owner::Caller, false) }.unwrap();
         }
     }
 }
