@@ -493,11 +493,10 @@ fn in_place_outputs_take_over_dying_inputs_only() {
         !took("a") && took("b") && !took("c") && took("d") && took("e"),
         "{seen:?}"
     );
-    assert_eq!(
-        pool.stats().acquires,
-        2,
-        "a and c take buffers; b, d and e reuse their inputs'"
-    );
+    // a and c take buffers; b, d and e reuse their inputs': two 64-byte blocks at most are live
+    // at once (without in-place outputs, d would run with b, c and d live). Exact although the
+    // run keeps spare blocks at hand: parked blocks do not count as live.
+    assert_eq!(pool.stats().peak_live_bytes, 128, "{seen:?}");
     drop(result);
     assert_eq!(pool.stats().live_bytes, 0);
     let e = GraphBuilder::new()
