@@ -3,7 +3,7 @@
  * oneTBB program runs): empty kernels, 16-byte outputs, one executor of $OH_THREADS threads
  * (default 2: the calling thread plus one worker) and one pool shared by all runs. Each graph is built and finalized
  * once, not timed; a run is gs_run + gs_result_free. One warm-up run, then the median of
- * OH_REPS repetitions.
+ * OH_REPS repetitions. OH_SEQUENTIAL=1: no executor (sequential runs on the calling thread).
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
 #include <graphsched.h>
@@ -114,7 +114,9 @@ int main(int argc, char **argv) {
 
   memset(&cfg, 0, sizeof cfg);
   cfg.threads = (uint32_t)oh_threads();
-  check(gs_executor_new(&cfg, &ex), "gs_executor_new");
+  /* OH_SEQUENTIAL=1: runs without an executor, in topological order on the calling thread. */
+  const char *seq = getenv("OH_SEQUENTIAL");
+  if (!(seq && atoi(seq))) check(gs_executor_new(&cfg, &ex), "gs_executor_new");
   check(gs_pool_new(NULL, &pool), "gs_pool_new");
 
   oh_chain(&w, 100000);

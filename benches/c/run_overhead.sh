@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the C overhead benchmarks (Release, into build-bench/) and runs graphsched and oneTBB
-# side by side on the same workloads, at 2 threads and at 1, then prints their ratios. Installs libtbb-dev with apt-get if it is missing.
+# side by side on the same workloads, at 2 threads and at 1 (and graphsched without an executor,
+# against oneTBB on 1), then prints their ratios. Installs libtbb-dev with apt-get if it is missing.
 # Usage: benches/c/run_overhead.sh   (env: JOBS=1 build parallelism, TIMEOUT=300 s per program)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -50,6 +51,15 @@ for threads in 2 1; do
   fi
 done
 
+# graphsched without an executor (sequential runs on the calling thread), against oneTBB on 1.
+echo
+echo "== per-node overhead, sequential graphsched (no executor; compared with oneTBB on 1 thread) =="
+echo "threads seq" >> "$out"
+if [ "$have_gs" -eq 1 ]; then
+  OH_SEQUENTIAL=1 timeout "$limit" "$build/benches/c/overhead_graphsched" | tee -a "$out" ||
+    { echo "overhead_graphsched exited with $? (124 = timeout)"; status=1; }
+fi
+
 # graphsched / oneTBB per workload and thread count, from the lines above (this run only).
 echo
 echo "== graphsched / oneTBB (below 1: graphsched is faster) =="
@@ -61,7 +71,8 @@ awk '
     printf "%-8s %-16s %12s %12s %8s\n", "threads", "workload", "graphsched", "tbb", "ratio"
     for (i = 1; i <= n; i++) {
       k = order[i]; split(k, p, " ")
-      if (k in tbb) printf "%-8s %-16s %12.2f %12.2f %7.2fx  %s\n", p[1], p[2], gs[k], tbb[k], gs[k] / tbb[k], unit[p[2]]
+      tk = (p[1] == "seq") ? "1 " p[2] : k
+      if (tk in tbb) printf "%-8s %-16s %12.2f %12.2f %7.2fx  %s\n", p[1], p[2], gs[k], tbb[tk], gs[k] / tbb[tk], unit[p[2]]
       else printf "%-8s %-16s %12.2f %12s %8s  %s\n", p[1], p[2], gs[k], "-", "-", unit[p[2]]
     }
   }' "$out"
