@@ -1,9 +1,11 @@
-//! Per-thread caches of small blocks in a parallel run: small outputs rarely take the pool's
-//! lock, which every thread contends for. And how a run gives blocks back to the pool.
+//! Per-thread caches of small blocks in a run: small outputs rarely take the pool's lock, which
+//! every thread contends for. And how a run gives blocks back to the pool (a freed value's block
+//! to the thread's cache, the rest to the pool).
 
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
 
-use super::state::RunState;
+use super::state::{RunState, Slot};
 use crate::error::{ErrorKind, Result};
 use crate::kernel::Buffer;
 use crate::pool::{sanitize, Owner, Pool};
@@ -78,6 +80,41 @@ impl RunState<'_> {
         Ok((buffer, refills))
     }
 
+    /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
+    /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
+    /// pool memory.
+    pub(super) fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
+        // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
+        let buffer = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
+        let bytes = buffer.capacity;
+        if bytes == 0 {
+            return false;
+        }
+        if self.in_arena(buffer) {
+            self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
+            return true;
+        }
+        match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
+            Some(cache) => {
+                // Parked until a node of this thread takes it: a kernel that kept a pointer to
+                // the value and reads it now is reported by the checkers.
+                sanitize::hide(buffer.ptr.cast(), bytes);
+                if self.parks {
+                    self.pool.park(buffer.block);
+                }
+                cache.blocks.push(buffer);
+                if cache.blocks.len() > CACHE_BLOCKS {
+                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2), self.parks);
+                }
+            }
+            None => release(self.pool, buffer),
+        }
+        // Only now may admission count these bytes as free: the pool has them back, so the
+        // pool's live bytes never exceed what the run accounts for.
+        self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
+        true
+    }
+
     /// Gives every cached block back to the pool (the caches keep their memory for the graph's
     /// next run). By the caller, once the run is over.
     pub fn flush_caches(&mut self) {
@@ -112,4 +149,12 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
     if buffer.capacity > 0 && !buffer.ptr.is_null() {
         release_many(pool, std::iter::once(buffer), false);
     }
+}
+
+/// Empties a slot whose value is gone and returns the buffer it held. Only the two pointers are
+/// reset, which is what marks a slot empty (see `bind` and `Drop`): the rest of the 176-byte
+/// slot is rewritten whole before anyone reads it again.
+pub(super) fn empty_slot(slot: &mut Slot) -> Buffer {
+    slot.tensor.data = std::ptr::null_mut();
+    std::mem::replace(&mut slot.buffer, Buffer::NONE)
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::cache::{release, release_many, BlockCache, CACHE_BLOCKS, CACHE_MAX_BYTES};
+use super::cache::{release, BlockCache};
 use super::gate::{Gate, GateInner};
 use super::padded::CachePadded;
 use super::recycle::RunArrays;
@@ -32,7 +32,7 @@ use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::kernel::Buffer;
 use crate::plan::Plan;
-use crate::pool::{sanitize, Owner, Pool, NEVER};
+use crate::pool::{Owner, Pool, NEVER};
 use crate::sched::{Admission, Policy, Priorities};
 use crate::tensor::{Tensor, ALIGNMENT};
 use crate::trace::NodeEvent;
@@ -495,7 +495,7 @@ impl<'r> RunState<'r> {
                 if scratch.taken == Some(v) {
                     // Its buffer lives on as this node's output: only the value goes.
                     // SAFETY: the last reference is gone; only this thread touches the slot.
-                    let moved = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
+                    let moved = unsafe { super::cache::empty_slot(&mut *self.slots[v as usize].get()) };
                     self.live.fetch_sub(moved.capacity as u64, Ordering::Relaxed);
                     // The run's count went down: waiting nodes get their look, as after a release.
                     if gated {
@@ -520,41 +520,6 @@ impl<'r> RunState<'r> {
                 ready.push(s);
             }
         }
-    }
-
-    /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
-    /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
-    /// pool memory.
-    pub(super) fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
-        // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
-        let buffer = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
-        let bytes = buffer.capacity;
-        if bytes == 0 {
-            return false;
-        }
-        if self.in_arena(buffer) {
-            self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
-            return true;
-        }
-        match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
-            Some(cache) => {
-                // Parked until a node of this thread takes it: a kernel that kept a pointer to
-                // the value and reads it now is reported by the checkers.
-                sanitize::hide(buffer.ptr.cast(), bytes);
-                if self.parks {
-                    self.pool.park(buffer.block);
-                }
-                cache.blocks.push(buffer);
-                if cache.blocks.len() > CACHE_BLOCKS {
-                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2), self.parks);
-                }
-            }
-            None => release(self.pool, buffer),
-        }
-        // Only now may admission count these bytes as free: the pool has them back, so the
-        // pool's live bytes never exceed what the run accounts for.
-        self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
-        true
     }
 }
 
@@ -596,14 +561,6 @@ impl Drop for RunState<'_> {
         };
         arrays.give_back(self.graph);
     }
-}
-
-/// Empties a slot whose value is gone and returns the buffer it held. Only the two pointers are
-/// reset, which is what marks a slot empty (see `bind` and `Drop`): the rest of the 176-byte
-/// slot is rewritten whole before anyone reads it again.
-fn empty_slot(slot: &mut Slot) -> Buffer {
-    slot.tensor.data = std::ptr::null_mut();
-    std::mem::replace(&mut slot.buffer, Buffer::NONE)
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -44,6 +44,7 @@ mod addr_hash;
 mod arena;
 mod central;
 mod heap;
+mod heaps;
 mod out_table;
 mod region;
 pub(crate) mod sanitize;
@@ -58,7 +59,7 @@ use arena::Arena;
 pub(crate) use arena::NEVER;
 pub(crate) use central::Owner;
 use central::{not_out_message, Locked, State};
-use heap::Heaps;
+use heaps::Heaps;
 use sanitize::Mempool;
 pub use settings::{PoolConfig, PoolStats};
 

@@ -271,7 +271,7 @@ fn a_dropped_pools_heap_is_let_go_by_the_thread() {
         // SAFETY: acquired above, not used after.
         unsafe { pool.release(p) }.unwrap();
     }
-    assert!(super::heap::attached_here() <= 1, "dead pools' heaps were let go");
+    assert!(super::heaps::attached_here() <= 1, "dead pools' heaps were let go");
 }
 
 #[test]
