@@ -60,6 +60,18 @@ pub(super) struct Live {
     pub owner: Owner,
 }
 
+/// What a block is asked for.
+#[derive(Clone, Copy)]
+pub(super) struct Request {
+    /// Bytes of the block, red zones included.
+    pub nbytes: usize,
+    /// Bytes the caller asked for: what `live_bytes` counts.
+    pub requested: usize,
+    /// When it will be released, on the caller's clock ([`NEVER`] if unknown).
+    pub release_tick: u64,
+    pub owner: Owner,
+}
+
 pub(super) struct State {
     /// Slab chunks live in an arena of their own, so that slabs kept for reuse never sit
     /// between large blocks and change where those go.
@@ -114,47 +126,45 @@ impl State {
         }
     }
 
-    /// A block of `nbytes` (red zones included) for a caller who asked for `requested`. The
-    /// caller raises the pool's peak (`Pool::raise_peak`), which counts more than this state.
-    pub fn acquire(
-        &mut self,
-        nbytes: usize,
-        requested: usize,
-        release_tick: u64,
-        large_threshold: u64,
-        owner: Owner,
-    ) -> Result<usize> {
-        let commits = self.os_allocs();
-        let addr = self.place(nbytes, requested, release_tick, large_threshold, owner)?;
+    /// A block for `request`, counted as acquired and live. The caller raises the pool's peak
+    /// (`Pool::raise_peak`), which counts more than this state.
+    pub fn acquire(&mut self, request: Request, large_threshold: u64) -> Result<usize> {
+        let (addr, committed) = self.take(request, large_threshold)?;
         self.stats.acquires += 1;
-        self.stats.cache_hits += (self.os_allocs() == commits) as u64;
-        self.stats.live_bytes += requested as u64;
-        self.note_reserved();
+        self.stats.cache_hits += !committed as u64;
+        self.stats.live_bytes += request.requested as u64;
         Ok(addr)
     }
 
-    /// A block for a heap (`Owner::Heap`), counted neither as an acquire nor as live: the heap
-    /// counts what it hands out. Returns the block and whether memory had to be committed.
+    /// A block of `nbytes` for a heap (`Owner::Heap`), counted neither as an acquire nor as
+    /// live: the heap counts what it hands out. Returns the block and whether memory had to be
+    /// committed.
     pub fn lend(&mut self, nbytes: usize, large_threshold: u64) -> Result<(usize, bool)> {
+        let request = Request {
+            nbytes,
+            requested: 0,
+            release_tick: NEVER,
+            owner: Owner::Heap,
+        };
+        self.take(request, large_threshold)
+    }
+
+    /// Places a block for `request`; with whether memory had to be committed for it.
+    fn take(&mut self, request: Request, large_threshold: u64) -> Result<(usize, bool)> {
         let commits = self.os_allocs();
-        let addr = self.place(nbytes, 0, NEVER, large_threshold, Owner::Heap)?;
-        self.note_reserved();
+        let addr = self.place(request, large_threshold)?;
+        let reserved = self.committed() as u64;
+        self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
         Ok((addr, self.os_allocs() != commits))
     }
 
-    fn note_reserved(&mut self) {
-        let reserved = self.committed() as u64;
-        self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
-    }
-
-    fn place(
-        &mut self,
-        nbytes: usize,
-        requested: usize,
-        release_tick: u64,
-        large_threshold: u64,
-        owner: Owner,
-    ) -> Result<usize> {
+    fn place(&mut self, request: Request, large_threshold: u64) -> Result<usize> {
+        let Request {
+            nbytes,
+            requested,
+            release_tick,
+            owner,
+        } = request;
         if (nbytes as u64) < large_threshold {
             return Ok(self.slabs.alloc(&mut self.small, nbytes, owner)?.0);
         }

@@ -58,7 +58,7 @@ use std::sync::Mutex;
 use arena::Arena;
 pub(crate) use arena::NEVER;
 pub(crate) use central::Owner;
-use central::{not_out_message, Locked, State};
+use central::{not_out_message, Locked, Request, State};
 use heaps::Heaps;
 use sanitize::Mempool;
 pub use settings::{PoolConfig, PoolStats};
@@ -187,7 +187,13 @@ impl Pool {
         let elsewhere = self.heaps.live();
         let addr = {
             let mut st = self.lock();
-            let addr = st.acquire(inner, nbytes, release_tick, threshold, owner)?;
+            let request = Request {
+                nbytes: inner,
+                requested: nbytes,
+                release_tick,
+                owner,
+            };
+            let addr = st.acquire(request, threshold)?;
             self.raise_peak(st.stats.live_bytes, elsewhere);
             addr
         };
@@ -233,7 +239,13 @@ impl Pool {
                 // Before the block counts in `live`: it never shows as live until handed out.
                 self.park(nbytes);
             }
-            let addr = match st.acquire(inner, nbytes, NEVER, self.config.large_threshold_bytes, owner) {
+            let request = Request {
+                nbytes: inner,
+                requested: nbytes,
+                release_tick: NEVER,
+                owner,
+            };
+            let addr = match st.acquire(request, self.config.large_threshold_bytes) {
                 Ok(addr) => addr,
                 Err(e) => {
                     if parked {
