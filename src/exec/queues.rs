@@ -20,7 +20,7 @@
 //!   queued task never stays behind a lowered bit.
 
 use std::sync::atomic::{fence, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 
@@ -63,7 +63,8 @@ pub(super) struct Local<'a> {
     deques: &'a [Worker<Task>],
 }
 
-/// A calling thread's borrowed set, given back (empty) when dropped.
+/// A calling thread's borrowed set. [`give_back`](Borrowed::give_back) empties it; dropped
+/// without that (a panic unwinding through the caller), it still empties itself.
 pub(super) struct Borrowed<'q> {
     queues: &'q Queues,
     index: usize,
@@ -82,7 +83,11 @@ impl Borrowed<'_> {
     /// Gives the set back empty: tasks of other runs this caller queued while it helped them go
     /// to the injectors, where anyone finds them. Returns how many moved (the caller wakes
     /// sleepers for them).
-    pub fn give_back(self) -> usize {
+    pub fn give_back(mut self) -> usize {
+        self.empty()
+    }
+
+    fn empty(&mut self) -> usize {
         let mut moved = 0;
         // The owner's mask has a bit up for every band it may have queued in (module docs).
         let mut bands = self.queues.sets[self.index].mask.load(Ordering::Relaxed);
@@ -96,6 +101,13 @@ impl Borrowed<'_> {
         }
         self.queues.sets[self.index].mask.store(0, Ordering::Relaxed);
         moved
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    /// Nothing stays behind in a set nobody owns (after `give_back`, there is nothing to move).
+    fn drop(&mut self) {
+        self.empty();
     }
 }
 
@@ -134,7 +146,12 @@ impl Queues {
     pub fn borrow(&self) -> Option<Borrowed<'_>> {
         let workers = self.sets.len() - CALLER_SETS;
         self.caller_sets.iter().enumerate().find_map(|(i, set)| {
-            let deques = set.try_lock().ok()?;
+            // A set whose borrower panicked was emptied on the way out (`Drop`): usable.
+            let deques = match set.try_lock() {
+                Ok(deques) => deques,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return None,
+            };
             Some(Borrowed {
                 queues: self,
                 index: workers + i,

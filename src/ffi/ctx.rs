@@ -96,7 +96,9 @@ pub unsafe extern "C" fn gs_ctx_num_outputs(c: *const gs_kernel_ctx) -> u32 {
 
 /// Input `i` of the running node, read-only; NULL (last error set) if `i` is out of range.
 ///
-/// The descriptor and its data stay valid until the kernel returns; never keep the pointer.
+/// The descriptor and its data stay valid until the kernel returns; never keep the pointer. It
+/// is the value's own descriptor, which the value's other consumers read too, not a copy: never
+/// write through it.
 /// Only inside the kernel call that received `ctx`, on its thread.
 ///
 /// # Safety
@@ -124,7 +126,9 @@ pub unsafe extern "C" fn gs_ctx_input(c: *const gs_kernel_ctx, i: u32) -> *const
 /// is allocated already; a dynamic one has `data == NULL` until `gs_ctx_alloc_output`. The
 /// kernel may set dtype, ndim, dims and strides, and lower nbytes.
 ///
-/// The descriptor and its data stay valid until the kernel returns; the run owns the buffer.
+/// The descriptor and its data stay valid until the kernel returns; the run owns the buffer. It
+/// is the value's own descriptor, which its consumers will read: write it only before the kernel
+/// returns.
 /// Only inside the kernel call that received `ctx`, on its thread.
 ///
 /// # Safety
