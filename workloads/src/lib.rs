@@ -3,6 +3,7 @@
 //! Tests, benchmarks and the command line share them; the core library does not depend on this
 //! crate.
 
+pub mod corpus;
 pub mod graph_file;
 pub mod kernels;
 pub mod measured;
