@@ -1,0 +1,123 @@
+//! Memory on graphs nobody tuned for (issue 13): for the real graphs and a range of generated
+//! ones (`graphsched_workloads::corpus`), at 1 and 2 threads, the dynamic pool's steady peak
+//! reserved bytes, and the sequential and parallel-safe plans' arenas, each over the file-order
+//! max-live lower bound; medians, 95th percentiles and maxima over the corpus.
+//!
+//! Choose heuristics on one range of seeds and report on another:
+//! `cargo bench -p graphsched-workloads --bench memory -- --seeds 0..200` to look while choosing,
+//! `-- --seeds 1000..1200` (the default) to report.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use graphsched::plan::{Mode, Order, Plan, MAX_PARALLEL_SAFE_NODES};
+use graphsched::{run, Executor, Pool, RunOptions};
+use graphsched_workloads::corpus::inference_graph;
+use graphsched_workloads::{bundled_graphs, GraphFile, Measured, Pace};
+
+/// One graph's ratios to its file-order bound.
+struct Row {
+    name: String,
+    nodes: usize,
+    bound: u64,
+    /// Steady peak reserved (the third run) / bound, on 1 and on 2 threads.
+    pool: [f64; 2],
+    sequential: f64,
+    parallel: Option<f64>,
+}
+
+/// The pool's peak reserved bytes in a graph's third run on a fresh pool (the first two settle
+/// it), without an executor or on one.
+fn steady_peak(measured: &Measured, executor: Option<&Executor>) -> u64 {
+    let pool = Arc::new(Pool::default());
+    let bindings = measured.bindings();
+    let options = RunOptions {
+        inputs: &bindings,
+        executor,
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        drop(run(&measured.graph, &pool, &options).expect("the graph runs"));
+    }
+    pool.reset_peaks();
+    drop(run(&measured.graph, &pool, &options).expect("the graph runs"));
+    pool.stats().peak_reserved_bytes
+}
+
+fn measure(file: &GraphFile, executor: &Executor) -> Row {
+    let measured = Measured::build(file, Pace::Touch, Some(1)).expect("the graph builds");
+    let bound = file.max_live_bytes();
+    let ratio = |bytes: u64| bytes as f64 / bound.max(1) as f64;
+    let g = &measured.graph;
+    let sequential = Plan::new(g, Mode::Sequential(Order::Topological)).expect("a sequential plan");
+    let parallel = (g.node_count() <= MAX_PARALLEL_SAFE_NODES)
+        .then(|| Plan::new(g, Mode::ParallelSafe).expect("a parallel-safe plan"));
+    Row {
+        name: file.name.clone(),
+        nodes: file.nodes.len(),
+        bound,
+        pool: [
+            ratio(steady_peak(&measured, None)),
+            ratio(steady_peak(&measured, Some(executor))),
+        ],
+        sequential: ratio(sequential.arena_bytes()),
+        parallel: parallel.map(|p| ratio(p.arena_bytes())),
+    }
+}
+
+fn print_row(r: &Row) {
+    let parallel = r.parallel.map_or("-".to_string(), |p| format!("{p:.3}"));
+    println!(
+        "{:>16} {:>6} {:>13} | {:>7.3} {:>7.3} | {:>10.3} {:>9}",
+        r.name, r.nodes, r.bound, r.pool[0], r.pool[1], r.sequential, parallel
+    );
+}
+
+/// Median, 95th percentile and maximum.
+fn summary(mut xs: Vec<f64>) -> String {
+    xs.sort_by(f64::total_cmp);
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    format!("{:.3} / {:.3} / {:.3}", at(0.5), at(0.95), at(1.0))
+}
+
+fn main() {
+    let seeds = std::env::args()
+        .skip_while(|a| a != "--seeds")
+        .nth(1)
+        .and_then(|r| {
+            let (a, b) = r.split_once("..")?;
+            Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
+        })
+        .unwrap_or(1000..1200);
+    let executor = Executor::new(2).expect("an executor");
+    println!("ratios to the file-order max-live lower bound (pool: steady peak reserved, third run of a fresh pool)");
+    println!(
+        "{:>16} {:>6} {:>13} | {:>7} {:>7} | {:>10} {:>9}",
+        "graph", "nodes", "bound bytes", "pool 1t", "pool 2t", "seq plan", "par plan"
+    );
+    for path in bundled_graphs() {
+        print_row(&measure(&GraphFile::load(&path).expect("a bundled graph"), &executor));
+    }
+    let start = Instant::now();
+    let rows: Vec<Row> = seeds.clone().map(|s| measure(&inference_graph(s), &executor)).collect();
+    println!();
+    println!(
+        "generated corpus, seeds {}..{} ({} graphs, {:.0} s): median / p95 / max",
+        seeds.start,
+        seeds.end,
+        rows.len(),
+        start.elapsed().as_secs_f64()
+    );
+    let column = |f: &dyn Fn(&Row) -> Option<f64>| summary(rows.iter().filter_map(f).collect());
+    println!("  pool, 1 thread        {}", column(&|r| Some(r.pool[0])));
+    println!("  pool, 2 threads       {}", column(&|r| Some(r.pool[1])));
+    println!("  sequential plan       {}", column(&|r| Some(r.sequential)));
+    println!("  parallel-safe plan    {}", column(&|r| r.parallel));
+    let mut worst: Vec<&Row> = rows.iter().collect();
+    worst.sort_by(|a, b| b.pool[0].max(b.pool[1]).total_cmp(&a.pool[0].max(a.pool[1])));
+    println!();
+    println!("the five graphs where the pool is furthest from the bound:");
+    for r in worst.into_iter().take(5) {
+        print_row(r);
+    }
+}
