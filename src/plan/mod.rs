@@ -172,7 +172,14 @@ impl Plan {
             members[root(&group, i)].push(i);
         }
         let groups: Vec<Vec<usize>> = members.into_iter().filter(|m| !m.is_empty()).collect();
-        let offsets_by_group = place(graph, &values, &groups, &conflicts);
+        let spans: Vec<(u32, u32)> = groups
+            .iter()
+            .map(|m| {
+                let start = m.iter().map(|&i| lifetimes[i].0).min().unwrap_or(0);
+                (start, m.iter().map(|&i| lifetimes[i].1).max().unwrap_or(0))
+            })
+            .collect();
+        let offsets_by_group = place(graph, &values, &groups, &spans, &conflicts);
         let mut offsets = vec![None; graph.value_count()];
         let mut arena_bytes = 0u64;
         for (g, members) in groups.iter().enumerate() {
@@ -325,29 +332,68 @@ fn aligned(bytes: u64) -> u64 {
     bytes.next_multiple_of(PLAN_ALIGNMENT as u64)
 }
 
-/// Greedy by size, best fit: largest groups first, each at the lowest-waste gap among the
-/// groups already placed that it conflicts with (a member of one conflicts with a member of the
-/// other). Returns each group's offset.
-fn place(graph: &Graph, values: &[u32], groups: &[Vec<usize>], conflicts: &dyn Fn(usize, usize) -> bool) -> Vec<u64> {
-    let bytes = |g: usize| {
-        groups[g]
-            .iter()
-            .map(|&i| aligned(size(graph, values[i])))
-            .max()
-            .unwrap_or(0)
+/// The best of a few greedy placements: groups taken in one order each, each placed at the
+/// lowest-waste gap among the groups already placed that it conflicts with (a member of one
+/// conflicts with a member of the other). Greedy by size (largest first, as TFLite) is the
+/// first and wins ties, so the result is never worse than it; the others take the longest-lived
+/// first, the largest in bytes × lifetime first, or the earliest first. `spans` are the groups'
+/// lifetimes along the plan's order. Returns each group's offset.
+fn place(
+    graph: &Graph,
+    values: &[u32],
+    groups: &[Vec<usize>],
+    spans: &[(u32, u32)],
+    conflicts: &dyn Fn(usize, usize) -> bool,
+) -> Vec<u64> {
+    let bytes: Vec<u64> = groups
+        .iter()
+        .map(|m| m.iter().map(|&i| aligned(size(graph, values[i]))).max().unwrap_or(0))
+        .collect();
+    let life = |g: usize| u64::from(spans[g].1.saturating_sub(spans[g].0)) + 1;
+    let by = |key: &dyn Fn(usize) -> (u64, u64)| {
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by_key(|&g| (key(g), groups[g][0]));
+        order
     };
+    let orders = [
+        by(&|g| (u64::MAX - bytes[g], 0)),
+        by(&|g| (u64::MAX - life(g), u64::MAX - bytes[g])),
+        by(&|g| (u64::MAX - bytes[g].saturating_mul(life(g)), 0)),
+        by(&|g| (u64::from(spans[g].0), u64::MAX - bytes[g])),
+    ];
+    let mut best: Option<(u64, Vec<u64>)> = None;
+    for order in &orders {
+        let offsets = place_in_order(groups, &bytes, order, conflicts);
+        let arena = (0..groups.len()).map(|g| offsets[g] + bytes[g]).max().unwrap_or(0);
+        match &best {
+            Some((b, _)) if *b <= arena => {}
+            _ => best = Some((arena, offsets)),
+        }
+    }
+    best.map(|(_, offsets)| offsets).unwrap_or_default()
+}
+
+/// Places groups in `order`, each at the lowest-waste gap among the groups already placed that
+/// it conflicts with.
+fn place_in_order(
+    groups: &[Vec<usize>],
+    bytes: &[u64],
+    order: &[usize],
+    conflicts: &dyn Fn(usize, usize) -> bool,
+) -> Vec<u64> {
     let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
-    let mut by_size: Vec<usize> = (0..groups.len()).collect();
-    by_size.sort_by_key(|&g| (std::cmp::Reverse(bytes(g)), groups[g][0]));
     let mut offset = vec![0u64; groups.len()];
     let mut placed: Vec<usize> = Vec::new();
-    for &i in &by_size {
-        let need = bytes(i);
-        let mut taken: Vec<(u64, u64)> = placed
-            .iter()
-            .filter(|&&j| clash(i, j))
-            .map(|&j| (offset[j], offset[j] + bytes(j)))
-            .collect();
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    for &i in order {
+        let need = bytes[i];
+        taken.clear();
+        taken.extend(
+            placed
+                .iter()
+                .filter(|&&j| clash(i, j))
+                .map(|&j| (offset[j], offset[j] + bytes[j])),
+        );
         taken.sort_unstable();
         let (mut best, mut best_waste) = (None, u64::MAX);
         let mut cursor = 0u64;

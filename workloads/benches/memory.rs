@@ -5,7 +5,7 @@
 //!
 //! Choose heuristics on one range of seeds and report on another:
 //! `cargo bench -p graphsched-workloads --bench memory -- --seeds 0..200` to look while choosing,
-//! `-- --seeds 1000..1200` (the default) to report.
+//! `-- --seeds 1000..1200` (the default) to report. `--plans-only` skips the runs.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,6 +24,8 @@ struct Row {
     pool: [f64; 2],
     sequential: f64,
     parallel: Option<f64>,
+    /// Time to make the sequential plan, in ms.
+    plan_ms: f64,
 }
 
 /// The pool's peak reserved bytes in a graph's third run on a fresh pool (the first two settle
@@ -44,24 +46,30 @@ fn steady_peak(measured: &Measured, executor: Option<&Executor>) -> u64 {
     pool.stats().peak_reserved_bytes
 }
 
-fn measure(file: &GraphFile, executor: &Executor) -> Row {
+fn measure(file: &GraphFile, executor: &Executor, runs: bool) -> Row {
     let measured = Measured::build(file, Pace::Touch, Some(1)).expect("the graph builds");
     let bound = file.max_live_bytes();
     let ratio = |bytes: u64| bytes as f64 / bound.max(1) as f64;
     let g = &measured.graph;
+    let t = Instant::now();
     let sequential = Plan::new(g, Mode::Sequential(Order::Topological)).expect("a sequential plan");
+    let plan_ms = t.elapsed().as_secs_f64() * 1e3;
     let parallel = (g.node_count() <= MAX_PARALLEL_SAFE_NODES)
         .then(|| Plan::new(g, Mode::ParallelSafe).expect("a parallel-safe plan"));
     Row {
         name: file.name.clone(),
         nodes: file.nodes.len(),
         bound,
-        pool: [
-            ratio(steady_peak(&measured, None)),
-            ratio(steady_peak(&measured, Some(executor))),
-        ],
+        pool: match runs {
+            true => [
+                ratio(steady_peak(&measured, None)),
+                ratio(steady_peak(&measured, Some(executor))),
+            ],
+            false => [f64::NAN; 2],
+        },
         sequential: ratio(sequential.arena_bytes()),
         parallel: parallel.map(|p| ratio(p.arena_bytes())),
+        plan_ms,
     }
 }
 
@@ -89,6 +97,8 @@ fn main() {
             Some(a.parse::<u64>().ok()?..b.parse::<u64>().ok()?)
         })
         .unwrap_or(1000..1200);
+    // Plans only (seconds, not minutes): for trying placement rules on the tuning range.
+    let runs = !std::env::args().any(|a| a == "--plans-only");
     let executor = Executor::new(2).expect("an executor");
     println!("ratios to the file-order max-live lower bound (pool: steady peak reserved, third run of a fresh pool)");
     println!(
@@ -96,10 +106,17 @@ fn main() {
         "graph", "nodes", "bound bytes", "pool 1t", "pool 2t", "seq plan", "par plan"
     );
     for path in bundled_graphs() {
-        print_row(&measure(&GraphFile::load(&path).expect("a bundled graph"), &executor));
+        print_row(&measure(
+            &GraphFile::load(&path).expect("a bundled graph"),
+            &executor,
+            runs,
+        ));
     }
     let start = Instant::now();
-    let rows: Vec<Row> = seeds.clone().map(|s| measure(&inference_graph(s), &executor)).collect();
+    let rows: Vec<Row> = seeds
+        .clone()
+        .map(|s| measure(&inference_graph(s), &executor, runs))
+        .collect();
     println!();
     println!(
         "generated corpus, seeds {}..{} ({} graphs, {:.0} s): median / p95 / max",
@@ -113,6 +130,17 @@ fn main() {
     println!("  pool, 2 threads       {}", column(&|r| Some(r.pool[1])));
     println!("  sequential plan       {}", column(&|r| Some(r.sequential)));
     println!("  parallel-safe plan    {}", column(&|r| r.parallel));
+    let slowest = rows
+        .iter()
+        .max_by(|a, b| a.plan_ms.total_cmp(&b.plan_ms))
+        .expect("graphs");
+    println!(
+        "  slowest sequential plan: {:.1} ms for {} nodes",
+        slowest.plan_ms, slowest.nodes
+    );
+    if !runs {
+        return;
+    }
     let mut worst: Vec<&Row> = rows.iter().collect();
     worst.sort_by(|a, b| b.pool[0].max(b.pool[1]).total_cmp(&a.pool[0].max(a.pool[1])));
     println!();
