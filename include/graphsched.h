@@ -396,7 +396,8 @@ typedef struct gs_run_stats {
   uint64_t nodes_run;
   // Most bytes this run's values held at once (graph inputs, which the caller owns, excluded).
   uint64_t peak_live_bytes;
-  // Buffers this run took from the pool.
+  // Buffers this run took from the pool: refills of its per-thread caches (which then serve
+  // many values each) and larger blocks, not one per value.
   uint64_t acquires;
   // System allocations the pool made while the run went on (by any user of the pool).
   uint64_t os_allocs;

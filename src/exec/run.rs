@@ -149,7 +149,8 @@ pub struct RunStats {
     pub nodes_run: u64,
     /// Most bytes this run's values held at once (graph inputs, which the caller owns, excluded).
     pub peak_live_bytes: u64,
-    /// Buffers this run took from the pool.
+    /// Buffers this run took from the pool: refills of its per-thread caches (which then serve
+    /// many values each) and larger blocks, not one per value.
     pub acquires: u64,
     /// System allocations the pool made while the run went on (by any user of the pool).
     pub os_allocs: u64,

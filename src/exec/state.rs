@@ -117,12 +117,12 @@ pub(super) struct RunState<'r> {
     pub(super) nodes_run: AtomicU64,
     pub(super) gate: Option<Gate<'r>>,
     pub window: Option<Window>,
-    /// Per thread of a parallel run (0: its caller, i + 1: worker i): small blocks kept at hand,
-    /// so that small outputs rarely take the pool's lock, which every thread contends for. Slot
-    /// i is touched only by its thread while the run goes on, and by the caller once it is over.
-    /// None in sequential runs (no contention) and under a memory limit (the pool's own count of
-    /// live bytes must then stay exact); otherwise the pool counts cached blocks as live until
-    /// the run ends.
+    /// Per thread of the run (0: its caller, i + 1: worker i): small blocks kept at hand, so that
+    /// small outputs rarely take the pool's lock. Slot i is touched only by its thread while the
+    /// run goes on, and by the caller once it is over. None under a memory limit or with red
+    /// zones (the pool's own count must then stay exact, and every block is checked). In a
+    /// sequential run the pool counts the cached blocks as parked, not live (`parks`); in a
+    /// parallel run as live until the run ends.
     pub(super) caches: Box<[UnsafeCell<BlockCache>]>,
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
