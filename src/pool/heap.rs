@@ -10,7 +10,7 @@ use super::arena::Arena;
 use super::central::Locked;
 use super::out_table::{Out, OutTable};
 use super::sanitize;
-use super::slab::class_size;
+use super::slab::Classes;
 use super::{Pool, PoolStats};
 
 /// A heap keeps at most this many free blocks of one size, and this many free bytes in all;
@@ -20,50 +20,6 @@ const HEAP_FREE_BYTES: usize = 16 << 20;
 /// Blocks a heap borrows at once when a small size class runs dry (they come from one slab).
 const SMALL_REFILL: usize = 8;
 const LARGE_BINS: usize = 16;
-
-/// The slab classes as tables, so that the path of every acquire and release finds a request's
-/// class with two loads.
-pub(super) struct Classes {
-    /// Class index by `nbytes.div_ceil(16)`, for requests below the pool's large threshold.
-    index_of: Box<[u8]>,
-    /// Block bytes by class index.
-    size: Box<[usize]>,
-}
-
-impl Classes {
-    pub fn new(large_threshold: usize) -> Classes {
-        let mut size: Vec<usize> = Vec::new();
-        let index_of = (0..=large_threshold.div_ceil(16))
-            .map(|i| {
-                let c = class_size((i * 16).max(1));
-                if size.last() != Some(&c) {
-                    size.push(c);
-                }
-                (size.len() - 1) as u8
-            })
-            .collect();
-        Classes {
-            index_of,
-            size: size.into(),
-        }
-    }
-
-    /// How many classes there are.
-    pub fn count(&self) -> usize {
-        self.size.len()
-    }
-
-    /// The block size and, for a small request, the class index of a request of `nbytes`.
-    #[inline]
-    fn fit(&self, nbytes: usize, small: bool) -> (usize, Option<usize>) {
-        if small {
-            let class = self.index_of[nbytes.div_ceil(16)] as usize;
-            (self.size[class], Some(class))
-        } else {
-            (Arena::block_size(nbytes).expect("checked by the pool"), None)
-        }
-    }
-}
 
 /// One thread's heap. Aligned so that two heaps' locks never share a cache line.
 #[repr(align(128))]
@@ -201,7 +157,13 @@ impl Heap {
     #[inline]
     pub fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let mut st = self.lock();
-        let (block, class) = classes.fit(nbytes, pool.is_small(nbytes));
+        let (block, class) = match pool.is_small(nbytes) {
+            true => {
+                let class = classes.index(nbytes);
+                (classes.size(class), Some(class))
+            }
+            false => (Arena::block_size(nbytes).expect("checked by the pool"), None),
+        };
         let (addr, hit) = match st.bin(block, class).and_then(Bin::pop) {
             Some(addr) => {
                 st.free_bytes -= block;
@@ -224,9 +186,7 @@ impl Heap {
         s.acquires += 1;
         s.cache_hits += hit as u64;
         s.live_bytes += nbytes as u64;
-        let central = pool.published.live.load(Ordering::Relaxed);
-        let everywhere = s.live_bytes + central.saturating_sub(pool.published.parked.load(Ordering::Relaxed));
-        s.peak_live_bytes = s.peak_live_bytes.max(everywhere);
+        s.peak_live_bytes = s.peak_live_bytes.max(s.live_bytes + pool.central_live());
         Some(addr)
     }
 
@@ -355,23 +315,4 @@ fn refill(st: &mut HeapState, pool: &Pool, nbytes: usize, block: usize, class: O
         }
     }
     Some((addr, !committed))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_class_tables_agree_with_the_slabs() {
-        for threshold in [1024, 65_536] {
-            let classes = Classes::new(threshold);
-            let mut sizes: Vec<usize> = (1..threshold).map(class_size).collect();
-            sizes.dedup();
-            for n in 1..threshold {
-                let (block, class) = classes.fit(n, true);
-                assert_eq!(block, class_size(n), "{n}");
-                assert_eq!(sizes[class.unwrap()], block, "{n}: dense indices in size order");
-            }
-        }
-    }
 }

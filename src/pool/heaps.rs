@@ -39,7 +39,8 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::heap::{Classes, Heap};
+use super::heap::Heap;
+use super::slab::Classes;
 use super::{Pool, PoolStats};
 
 /// The heaps of one pool.
@@ -84,7 +85,7 @@ impl Heaps {
         Heaps {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             enabled,
-            classes: Classes::new(large_threshold),
+            classes: Classes::new(large_threshold - 1),
             head: AtomicPtr::new(ptr::null_mut()),
         }
     }

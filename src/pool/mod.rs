@@ -200,11 +200,24 @@ impl Pool {
         Ok(self.hand_out(addr, nbytes, zero))
     }
 
+    /// Of `central` bytes out of the central pool, the live ones: parked blocks are not.
+    fn unparked(&self, central: u64) -> u64 {
+        central.saturating_sub(self.published.parked.load(Ordering::Relaxed))
+    }
+
+    /// The central pool's live bytes as its lock's last holder left them.
+    fn central_live(&self) -> u64 {
+        self.unparked(self.published.live.load(Ordering::Relaxed))
+    }
+
     /// Raises the live peak to what is live now: `central` bytes out of the central pool, less
-    /// the parked ones, plus `elsewhere` (the heaps').
+    /// the parked ones, plus `elsewhere` (the heaps'). A plain load first: the peak rarely moves,
+    /// and this runs for every block a sequential run takes from its cache.
     fn raise_peak(&self, central: u64, elsewhere: u64) {
-        let now = central.saturating_sub(self.published.parked.load(Ordering::Relaxed)) + elsewhere;
-        self.published.peak_live.fetch_max(now, Ordering::Relaxed);
+        let now = self.unparked(central) + elsewhere;
+        if now > self.published.peak_live.load(Ordering::Relaxed) {
+            self.published.peak_live.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     /// A block of `bytes` a sequential run took back from a value into its cache: no longer
@@ -465,14 +478,13 @@ impl Pool {
         let mut stats = {
             let st = self.lock();
             let (a, b) = (st.small.os, st.large.os);
-            let parked = self.published.parked.load(Ordering::Relaxed);
             PoolStats {
                 reserved_bytes: st.committed() as u64,
                 os_allocs: a.allocs + b.allocs,
                 os_alloc_bytes: a.alloc_bytes + b.alloc_bytes,
                 os_frees: a.frees + b.frees,
                 os_free_bytes: a.free_bytes + b.free_bytes,
-                live_bytes: st.stats.live_bytes.saturating_sub(parked),
+                live_bytes: self.unparked(st.stats.live_bytes),
                 peak_live_bytes: self.published.peak_live.load(Ordering::Relaxed),
                 ..st.stats
             }
@@ -486,10 +498,7 @@ impl Pool {
         let elsewhere = self.heaps.live();
         let central = {
             let mut st = self.lock();
-            let live = st
-                .stats
-                .live_bytes
-                .saturating_sub(self.published.parked.load(Ordering::Relaxed));
+            let live = self.unparked(st.stats.live_bytes);
             self.published.peak_live.store(live + elsewhere, Ordering::Relaxed);
             st.stats.peak_reserved_bytes = st.committed() as u64;
             live

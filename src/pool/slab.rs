@@ -26,6 +26,52 @@ pub(super) fn class_size(nbytes: usize) -> usize {
     nbytes.div_ceil(step) * step
 }
 
+/// The classes as tables: a request's class with one load, a class's block size with another
+/// (the path of every heap acquire reads them too).
+pub(super) struct Classes {
+    /// Class index by `nbytes.div_ceil(16)`.
+    index_of: Box<[u8]>,
+    /// Block bytes by class index, increasing.
+    size: Box<[usize]>,
+}
+
+impl Classes {
+    /// The classes of requests of 1 to `max_bytes` bytes.
+    pub fn new(max_bytes: usize) -> Classes {
+        let mut size: Vec<usize> = Vec::new();
+        let index_of = (0..=max_bytes.div_ceil(16))
+            .map(|i| {
+                let c = class_size((i * 16).max(1));
+                if size.last() != Some(&c) {
+                    size.push(c);
+                }
+                (size.len() - 1) as u8
+            })
+            .collect();
+        Classes {
+            index_of,
+            size: size.into(),
+        }
+    }
+
+    /// How many classes there are.
+    pub fn count(&self) -> usize {
+        self.size.len()
+    }
+
+    /// The class of a request of `nbytes` (1 to `max_bytes`).
+    #[inline]
+    pub fn index(&self, nbytes: usize) -> usize {
+        self.index_of[nbytes.div_ceil(16)] as usize
+    }
+
+    /// The block size of class `class`.
+    #[inline]
+    pub fn size(&self, class: usize) -> usize {
+        self.size[class]
+    }
+}
+
 struct Slab {
     base: usize,
     bytes: usize,
@@ -51,9 +97,7 @@ pub(super) struct Found {
 }
 
 pub(super) struct Slabs {
-    /// Class index by `(nbytes + 15) / 16`.
-    class_of: Vec<u16>,
-    sizes: Vec<usize>,
+    classes: Classes,
     /// Per class: slabs with a free block.
     partial: Vec<Vec<u32>>,
     slabs: Vec<Option<Slab>>,
@@ -67,20 +111,11 @@ pub(super) struct Slabs {
 impl Slabs {
     /// Classes for requests up to `max_bytes`.
     pub fn new(max_bytes: usize) -> Self {
-        let mut sizes: Vec<usize> = Vec::new();
-        let mut class_of = vec![0u16; max_bytes.div_ceil(16) + 1];
-        for (i, c) in class_of.iter_mut().enumerate().skip(1) {
-            let size = class_size(i * 16);
-            if sizes.last() != Some(&size) {
-                sizes.push(size);
-            }
-            *c = (sizes.len() - 1) as u16;
-        }
+        let classes = Classes::new(max_bytes);
         Slabs {
-            partial: vec![Vec::new(); sizes.len()],
-            empty: vec![None; sizes.len()],
-            class_of,
-            sizes,
+            partial: vec![Vec::new(); classes.count()],
+            empty: vec![None; classes.count()],
+            classes,
             slabs: Vec::new(),
             spare_ids: Vec::new(),
             by_base: BTreeMap::new(),
@@ -90,7 +125,7 @@ impl Slabs {
     /// A block for `nbytes` (at most the largest class), live for `owner`; returns its address
     /// and slab id.
     pub fn alloc(&mut self, arena: &mut Arena, nbytes: usize, owner: Owner) -> Result<(usize, u32)> {
-        let class = self.class_of[nbytes.div_ceil(16)] as usize;
+        let class = self.classes.index(nbytes);
         let id = match self.partial[class].last() {
             Some(&id) => id,
             None => self.new_slab(arena, class)?,
@@ -181,7 +216,7 @@ impl Slabs {
     }
 
     fn new_slab(&mut self, arena: &mut Arena, class: usize) -> Result<u32> {
-        let block = self.sizes[class];
+        let block = self.classes.size(class);
         let bytes = (block * 16).max(MIN_SLAB_BYTES);
         // Slabs live as long as their blocks do: unknown, so as long-lived.
         let base = arena.alloc(bytes, &|_| NEVER)?;
@@ -227,6 +262,24 @@ mod tests {
     }
 
     #[test]
+    fn the_class_tables_are_dense_and_in_size_order() {
+        for max in [1023, 65_535] {
+            let classes = Classes::new(max);
+            let mut sizes: Vec<usize> = (1..=max).map(class_size).collect();
+            sizes.dedup();
+            assert_eq!(classes.count(), sizes.len());
+            for n in 1..=max {
+                assert_eq!(classes.size(classes.index(n)), class_size(n), "{n}");
+                assert_eq!(
+                    sizes[classes.index(n)],
+                    class_size(n),
+                    "{n}: dense indices in size order"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_size_up_to_the_limit_has_a_class() {
         let mut arena = Arena::new(1 << 20);
         let mut slabs = Slabs::new(1023);
@@ -253,7 +306,7 @@ mod tests {
         }
         let kept = slabs.slabs.iter().flatten().count();
         assert!(
-            kept > 0 && kept <= slabs.sizes.len(),
+            kept > 0 && kept <= slabs.classes.count(),
             "at most one empty slab per class is kept"
         );
         slabs.release_empty(&mut arena);
