@@ -58,9 +58,9 @@ pub struct KernelCtx<'a> {
     pub(crate) node: u32,
     pub(crate) name: &'a CStr,
     pub(crate) inputs: &'a [&'a Tensor],
-    pub(crate) outputs: &'a mut [&'a mut Tensor],
-    /// What the run handed out for each output; the kernel cannot move these.
-    pub(crate) buffers: &'a mut [Buffer],
+    /// The node's output slots: each a descriptor the kernel may edit and the buffer the run
+    /// handed out, which it cannot move.
+    pub(crate) outputs: &'a mut [Slot],
     pub(crate) error: Option<String>,
     /// The output that took over an input's buffer, if any.
     pub(crate) in_place: Option<usize>,
@@ -100,7 +100,7 @@ impl KernelCtx<'_> {
 
     /// The descriptor of output `i`: the kernel may set its dtype and shape and lower `nbytes`.
     pub fn output(&mut self, i: usize) -> Option<&mut Tensor> {
-        self.outputs.get_mut(i).map(|t| &mut **t)
+        self.outputs.get_mut(i).map(|s| &mut s.tensor)
     }
 
     /// The bytes of input `i`.
@@ -113,7 +113,7 @@ impl KernelCtx<'_> {
 
     /// The bytes of output `i`: its whole buffer, empty while a dynamic output is unallocated.
     pub fn output_bytes(&mut self, i: usize) -> Option<&mut [u8]> {
-        let b = *self.buffers.get(i)?;
+        let b = self.outputs.get(i)?.buffer;
         if b.ptr.is_null() {
             return Some(&mut []);
         }
@@ -141,7 +141,7 @@ impl KernelCtx<'_> {
                 format!("output {i} of node '{name}' has a static size and is allocated already"),
             );
         }
-        if !self.buffers[i].ptr.is_null() {
+        if !self.outputs[i].buffer.ptr.is_null() {
             return err(
                 ErrorKind::InvalidArgument,
                 format!("dynamic output {i} of node '{name}' is allocated already"),
@@ -152,11 +152,12 @@ impl KernelCtx<'_> {
             0 => ALIGNMENT as *mut c_void,
             _ => self.dynamic.allocate(i, nbytes)?,
         };
-        self.buffers[i] = Buffer::new(ptr, nbytes);
+        let slot = &mut self.outputs[i];
+        slot.buffer = Buffer::new(ptr, nbytes);
         // Keep a dtype or shape the kernel set before allocating.
-        self.outputs[i].data = ptr;
-        self.outputs[i].nbytes = nbytes;
-        Ok(&mut *self.outputs[i])
+        slot.tensor.data = ptr;
+        slot.tensor.nbytes = nbytes;
+        Ok(&mut slot.tensor)
     }
 
     /// Whether output `i` took over its in-place input's buffer (its data pointer is then the
@@ -168,6 +169,23 @@ impl KernelCtx<'_> {
     /// Records why the kernel is about to fail; reported with the node's name.
     pub fn set_error(&mut self, message: impl Into<String>) {
         self.error = Some(message.into());
+    }
+}
+
+/// One value during a run: its descriptor and the buffer behind it.
+#[derive(Clone, Copy)]
+pub(crate) struct Slot {
+    pub tensor: Tensor,
+    /// The pool block behind the value; `NONE` for caller memory and values not made yet.
+    pub buffer: Buffer,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            tensor: Tensor::empty(),
+            buffer: Buffer::NONE,
+        }
     }
 }
 

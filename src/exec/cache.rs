@@ -3,7 +3,6 @@
 //! to the thread's cache, the rest to the pool).
 
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 
 use super::state::{RunState, Slot};
 use crate::error::{ErrorKind, Result};
@@ -18,6 +17,30 @@ pub(super) struct BlockCache {
     streak: (usize, usize),
     /// A refill's blocks on their way in (kept to reuse its memory).
     fresh: Vec<NonNull<u8>>,
+    /// A sequential run's cached blocks are parked in the pool (not live there). Handing one to
+    /// a node makes it live again, and taking it back parks it: rather than two atomics on the
+    /// pool's shared counts for every node, the cache keeps the bytes it unparked since it last
+    /// settled with the pool, and the most they reached (`settle`). It settles before the run
+    /// takes or gives back any other block (so that the pool's peak is exact when the run is its
+    /// only user) and when the run ends; in between, the pool counts those blocks as parked.
+    unparked: i64,
+    unparked_peak: i64,
+}
+
+impl BlockCache {
+    /// Counts a parked block of `bytes` as handed to a node.
+    fn unpark(&mut self, bytes: usize) {
+        self.unparked += bytes as i64;
+        self.unparked_peak = self.unparked_peak.max(self.unparked);
+    }
+
+    /// Tells the pool what this cache unparked and parked since it last did (see `unparked`).
+    pub(super) fn settle(&mut self, pool: &Pool) {
+        if self.unparked != 0 || self.unparked_peak != 0 {
+            pool.settle_parked(self.unparked, self.unparked_peak);
+            (self.unparked, self.unparked_peak) = (0, 0);
+        }
+    }
 }
 
 /// Blocks up to this size go through the per-thread caches (larger ones straight to the pool,
@@ -50,9 +73,9 @@ impl RunState<'_> {
         cache.streak = (n, count);
         let fresh = &mut cache.fresh;
         fresh.clear();
-        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, self.parks, fresh) {
+        if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, self.sequential, fresh) {
             let taken = fresh.drain(..).map(|p| Buffer::new(p.as_ptr().cast(), n));
-            release_many(self.pool, taken, self.parks);
+            release_many(self.pool, taken, self.sequential);
             return Err(e);
         }
         // Parked: a checker (ASan, valgrind) reports any touch until a node is handed one.
@@ -66,16 +89,20 @@ impl RunState<'_> {
     /// A block of `n` bytes from `cache` (the newest of that size: still warm), refilled from
     /// the pool if it has none; with how many blocks the refill took.
     pub(super) fn take_cached(&self, cache: &mut BlockCache, n: usize) -> Result<(Buffer, u64)> {
-        let (i, refills) = match cache.blocks.iter().rposition(|b| b.capacity == n) {
-            Some(i) => (i, 0),
-            None => {
-                let refills = self.refill(cache, n)?;
-                (cache.blocks.len() - 1, refills)
-            }
+        // The newest block first: a graph of equal sizes finds it there.
+        let (buffer, refills) = match cache.blocks.last() {
+            Some(b) if b.capacity == n => (cache.blocks.pop(), 0),
+            _ => match cache.blocks.iter().rposition(|b| b.capacity == n) {
+                Some(i) => (Some(cache.blocks.swap_remove(i)), 0),
+                None => (None, self.refill(cache, n)?),
+            },
         };
-        let buffer = cache.blocks.swap_remove(i);
-        if self.parks {
-            self.pool.unpark(buffer.block);
+        let buffer = match buffer {
+            Some(b) => b,
+            None => cache.blocks.pop().expect("a refill adds blocks"),
+        };
+        if self.sequential {
+            cache.unpark(buffer.block);
         }
         Ok((buffer, refills))
     }
@@ -91,27 +118,32 @@ impl RunState<'_> {
             return false;
         }
         if self.in_arena(buffer) {
-            self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
+            self.sub_live(bytes as u64);
             return true;
         }
-        match self.cache(slot_of_thread).filter(|_| bytes <= CACHE_MAX_BYTES) {
-            Some(cache) => {
+        match self.cache(slot_of_thread) {
+            Some(cache) if bytes <= CACHE_MAX_BYTES => {
                 // Parked until a node of this thread takes it: a kernel that kept a pointer to
                 // the value and reads it now is reported by the checkers.
                 sanitize::hide(buffer.ptr.cast(), bytes);
-                if self.parks {
-                    self.pool.park(buffer.block);
+                if self.sequential {
+                    cache.unparked -= buffer.block as i64;
                 }
                 cache.blocks.push(buffer);
                 if cache.blocks.len() > CACHE_BLOCKS {
-                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2), self.parks);
+                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2), self.sequential);
                 }
             }
-            None => release(self.pool, buffer),
+            cache => {
+                if let Some(cache) = cache {
+                    cache.settle(self.pool);
+                }
+                release(self.pool, buffer)
+            }
         }
         // Only now may admission count these bytes as free: the pool has them back, so the
         // pool's live bytes never exceed what the run accounts for.
-        self.live.fetch_sub(bytes as u64, Ordering::Relaxed);
+        self.sub_live(bytes as u64);
         true
     }
 
@@ -120,7 +152,8 @@ impl RunState<'_> {
     pub fn flush_caches(&mut self) {
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
-            release_many(self.pool, cache.blocks.drain(..), self.parks);
+            cache.settle(self.pool);
+            release_many(self.pool, cache.blocks.drain(..), self.sequential);
             cache.streak = (0, 0);
         }
     }

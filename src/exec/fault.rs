@@ -23,10 +23,15 @@ pub fn panic_after_node(name: Option<&str>) {
 }
 
 /// Panics if a test armed a fault for this node.
+#[inline]
 pub(super) fn check(graph: &Graph, node: u32) {
-    if !ARMED.load(Ordering::Relaxed) {
-        return;
+    if ARMED.load(Ordering::Relaxed) {
+        check_armed(graph, node);
     }
+}
+
+#[cold]
+fn check_armed(graph: &Graph, node: u32) {
     let armed = NODE.lock().unwrap_or_else(|e| e.into_inner());
     if armed.as_deref() == Some(graph.node_name(node)) {
         panic!("injected fault after node '{}'", graph.node_name(node));

@@ -28,10 +28,15 @@ pub(super) struct GateInner<'r> {
 impl<'r> RunState<'r> {
     /// Admits a ready node under the memory limit: true if it may run now. Without a limit,
     /// always. A node that cannot run now waits until a release makes room.
+    #[inline]
     pub fn admit(&self, node: u32) -> bool {
-        let Some(gate) = &self.gate else {
-            return true;
-        };
+        match &self.gate {
+            None => true,
+            Some(gate) => self.admit_gated(gate, node),
+        }
+    }
+
+    fn admit_gated(&self, gate: &Gate<'_>, node: u32) -> bool {
         let mut inner = lock(&gate.inner);
         if self.try_reserve(&mut inner, Some(node), self.prio.output_bytes[node as usize]) {
             return true;

@@ -1,17 +1,18 @@
 //! One node's kernel call: placing its outputs (in place, in the plan's arena, from the thread's
 //! cache or the pool), binding its inputs, calling the kernel, and checking what it left.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::cache::CACHE_MAX_BYTES;
+use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::scratch::Scratch;
 use super::state::{lock, panic_text, RunState};
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
-use crate::kernel::{Buffer, DynamicOutputs, KernelCtx};
+use crate::kernel::{Buffer, DynamicOutputs, KernelCtx, Slot};
 use crate::pool::{sanitize, Owner, NEVER};
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::trace::NodeEvent;
@@ -46,7 +47,7 @@ impl RunState<'_> {
 
     /// With the pool's red zones on: after a kernel ran, checks the guards around its outputs
     /// and inputs, and names the node if it wrote out of bounds.
-    pub(super) fn check_red_zones(&self, node: u32, buffers: &[Buffer]) -> Result<()> {
+    pub(super) fn check_red_zones(&self, node: u32, outputs: &[Slot]) -> Result<()> {
         if self.pool.config().red_zones == 0 {
             return Ok(());
         }
@@ -58,14 +59,14 @@ impl RunState<'_> {
         };
         // An in-place output's buffer is its input's block, whose `block` bytes the guards
         // surround: checked like any other.
-        for (k, &b) in buffers.iter().enumerate() {
-            if !intact(b) {
+        for (k, slot) in outputs.iter().enumerate() {
+            if !intact(slot.buffer) {
                 return err(
                     ErrorKind::KernelFailed,
                     format!(
                         "node {} wrote out of the bounds of output {k} ({} bytes): its red zone was overwritten",
                         g.node_label(node),
-                        b.capacity
+                        slot.buffer.capacity
                     ),
                 );
             }
@@ -87,40 +88,107 @@ impl RunState<'_> {
         Ok(())
     }
 
-    /// Empties the slots of a node that failed: its outputs never became values (their blocks
-    /// went back already).
-    fn clear_output_slots(&self, node: u32) {
-        for v in self.graph.node_values(node) {
-            // SAFETY: the node failed while it alone could touch its outputs' slots.
-            unsafe { (*self.slots[v as usize].get()).tensor.data = std::ptr::null_mut() };
+    /// The output slots of `node`, for the node alone to write.
+    ///
+    /// # Safety
+    /// Only the thread executing `node` may call this, once at a time: nothing else touches a
+    /// node's output slots until it finishes (module docs of `state`).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn output_slots(&self, node: u32) -> &mut [Slot] {
+        let values = self.graph.node_values(node);
+        let cells = &self.slots[values.start as usize..values.end as usize];
+        // SAFETY: `UnsafeCell<Slot>` has the layout of `Slot`; exclusive per the contract.
+        unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(cells.as_ptr()), cells.len()) }
+    }
+
+    /// Gives back what a node that failed holds in its output slots (a taken-over input stays
+    /// its own, and arena slices are not the pool's) and empties them: its outputs never
+    /// became values.
+    fn unplace(&self, outputs: &mut [Slot], in_place_output: Option<usize>) {
+        for (k, slot) in outputs.iter_mut().enumerate() {
+            let buffer = std::mem::take(slot).buffer;
+            if Some(k) != in_place_output {
+                self.give_back(buffer);
+            }
         }
     }
 
-    pub(super) fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
+    /// Names the output whose placement failed.
+    fn placement_error(&self, node: u32, v: u32, e: Error) -> Error {
         let g = self.graph;
-        let Scratch {
-            inputs,
-            outputs,
-            buffers,
-            executed,
-            acquires,
-            slot,
-            thread,
-            busy_ns,
-            taken,
-            ..
-        } = scratch;
-        let mut cache = self.cache(*slot);
-        let values = g.node_values(node);
-        outputs.clear();
-        buffers.clear();
-        *taken = None;
+        let k = v - g.node_values(node).start;
+        let n = g.value_size(v).bytes().unwrap_or(0);
+        Error::new(
+            e.kind(),
+            format!(
+                "output {k} of node '{}' ({n} bytes): {}",
+                g.node_name(node),
+                e.message()
+            ),
+        )
+    }
+
+    /// Runs a node's kernel: places its outputs in their slots, calls it, and checks what it
+    /// left. On failure every block the node took is back and its output slots are empty.
+    pub(super) fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
+        scratch.taken = None;
+        // SAFETY: this thread executes `node`.
+        let outputs = unsafe { self.output_slots(node) };
+        let placed = match (self.plain.get(node as usize), self.cache(scratch.slot)) {
+            (Some(true), Some(cache)) => self.place_plain(node, outputs, &mut scratch.acquires, cache),
+            _ => self.place_outputs(node, outputs, scratch),
+        };
+        match placed {
+            Ok(in_place_output) => self.call_kernel(node, outputs, scratch, in_place_output),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The outputs of a plain node (see `plain_nodes`) in a run without a plan, on a thread
+    /// with a block cache: each a block of that cache. What `place_outputs` does for such a
+    /// node, without the cases that cannot arise, for the nodes most graphs are made of.
+    fn place_plain(
+        &self,
+        node: u32,
+        outputs: &mut [Slot],
+        acquires: &mut u64,
+        cache: &mut BlockCache,
+    ) -> Result<Option<usize>> {
+        let first = self.graph.node_values(node).start;
+        for k in 0..outputs.len() {
+            let v = first + k as u32;
+            // Plain outputs are statically sized.
+            let n = self.graph.value_size(v).bytes().unwrap_or(0);
+            let buffer = match self.take_cached(cache, n) {
+                Ok((buffer, refills)) => {
+                    *acquires += refills;
+                    buffer
+                }
+                Err(e) => {
+                    self.unplace(&mut outputs[..k], None);
+                    return Err(self.placement_error(node, v, e));
+                }
+            };
+            sanitize::reveal(buffer.ptr.cast(), n);
+            outputs[k] = Slot {
+                tensor: Tensor::new(buffer.ptr, n),
+                buffer,
+            };
+        }
+        Ok(None)
+    }
+
+    /// Places every output of `node` in the first way that applies: the input it takes over,
+    /// its slice of the plan's arena, a block of the thread's cache, a block of the pool. A
+    /// dynamic output has none until the kernel allocates it. Returns the output placed in
+    /// place, if any.
+    fn place_outputs(&self, node: u32, outputs: &mut [Slot], scratch: &mut Scratch) -> Result<Option<usize>> {
+        let g = self.graph;
+        let mut cache = self.cache(scratch.slot);
+        let first = g.node_values(node).start;
         let mut in_place_output = None;
-        // Each output's buffer, in the first way that applies: the input it takes over, its
-        // slice of the plan's arena, a block of the thread's cache, a block of the pool. A
-        // dynamic output has none until the kernel allocates it.
-        for v in values.clone() {
-            let k = (v - values.start) as usize;
+        for k in 0..outputs.len() {
+            let v = first + k as u32;
             let placed: Result<Buffer> = 'placed: {
                 let OutputSize::Bytes(n) = g.value_size(v) else {
                     break 'placed Ok(Buffer::NONE);
@@ -128,7 +196,7 @@ impl RunState<'_> {
                 if let Some(input) = self.take_over(node, k as u32, n) {
                     // SAFETY: the producer of `input` finished, and this node is its last reader.
                     let held = unsafe { (*self.slots[input as usize].get()).buffer };
-                    *taken = Some(input);
+                    scratch.taken = Some(input);
                     in_place_output = Some(k);
                     break 'placed Ok(Buffer {
                         ptr: held.ptr,
@@ -149,7 +217,7 @@ impl RunState<'_> {
                 } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
                     let buffer = match self.take_cached(cache, n) {
                         Ok((buffer, refills)) => {
-                            *acquires += refills;
+                            scratch.acquires += refills;
                             buffer
                         }
                         Err(e) => break 'placed Err(e),
@@ -157,10 +225,13 @@ impl RunState<'_> {
                     sanitize::reveal(buffer.ptr.cast(), n);
                     (buffer, false)
                 } else {
+                    if let Some(cache) = cache.as_deref_mut() {
+                        cache.settle(self.pool);
+                    }
                     let until = g.release_tick(v).map_or(NEVER, u64::from);
                     match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
                         Ok(p) => {
-                            *acquires += 1;
+                            scratch.acquires += 1;
                             (Buffer::new(p.as_ptr().cast(), n), true)
                         }
                         Err(e) => break 'placed Err(e),
@@ -173,71 +244,60 @@ impl RunState<'_> {
                 Ok(buffer)
             };
             match placed {
+                // The descriptor goes straight into the value's slot, where the kernel fills it
+                // in and the consumers will read it: no copy at the end.
                 Ok(buffer) => {
-                    buffers.push(buffer);
-                    // The descriptor goes straight into the value's slot, where the kernel fills
-                    // it in and the consumers will read it: no copy at the end.
-                    // SAFETY: only this node writes its outputs' slots, and nobody reads them
-                    // before it finishes.
-                    let slot = unsafe { &mut *self.slots[v as usize].get() };
-                    slot.tensor = Tensor::new(buffer.ptr, buffer.capacity);
-                    outputs.push(std::ptr::addr_of_mut!(slot.tensor));
+                    outputs[k] = Slot {
+                        tensor: Tensor::new(buffer.ptr, buffer.capacity),
+                        buffer,
+                    }
                 }
                 Err(e) => {
-                    // The outputs placed so far go back (a taken-over input stays its own).
-                    for (j, &b) in buffers.iter().enumerate() {
-                        if Some(j) != in_place_output {
-                            self.give_back(b);
-                        }
-                    }
-                    self.clear_output_slots(node);
-                    let n = g.value_size(v).bytes().unwrap_or(0);
-                    return err(
-                        e.kind(),
-                        format!(
-                            "output {k} of node '{}' ({n} bytes): {}",
-                            g.node_name(node),
-                            e.message()
-                        ),
-                    );
+                    self.unplace(&mut outputs[..k], in_place_output);
+                    return Err(self.placement_error(node, v, e));
                 }
             }
         }
+        Ok(in_place_output)
+    }
+
+    /// Calls the kernel of `node`, whose outputs are in their slots, and checks what it left:
+    /// on success its outputs are values.
+    fn call_kernel(
+        &self,
+        node: u32,
+        outputs: &mut [Slot],
+        scratch: &mut Scratch,
+        in_place_output: Option<usize>,
+    ) -> Result<()> {
+        let g = self.graph;
         // The inputs' descriptors where their producers left them: no copy.
-        inputs.clear();
-        inputs.extend(g.node_inputs(node).iter().map(|&v| {
-            // SAFETY: a place of a live slot, borrowed raw: nothing is read here.
-            unsafe { std::ptr::addr_of!((*self.slots[v as usize].get()).tensor) }
-        }));
+        let inputs = &self.inputs[g.node_input_range(node)];
         // SAFETY: `*const Tensor` and `&Tensor` have one layout; every pointer is to the slot of
         // an input whose producer finished before this node became ready, and which nobody
         // writes until this node (one of its readers) is done (module docs).
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
-
-        // SAFETY: `*mut Tensor` and `&mut Tensor` have one layout; each points at the slot of a
-        // distinct output of this node, which nothing else touches until the node finishes.
-        let outputs_view: &mut [&mut Tensor] =
-            unsafe { std::slice::from_raw_parts_mut(outputs.as_mut_ptr().cast(), outputs.len()) };
         let kernel = g.kernel(node).expect("operator nodes have kernels");
         let mut dynamic = NodeOutputs {
             run: self,
             node,
+            slot: scratch.slot,
             reserved: 0,
             refused: None,
             acquired: 0,
+            bytes: 0,
         };
         let mut ctx = KernelCtx {
             node,
             name: g.node_name_c(node),
             inputs,
-            outputs: outputs_view,
-            buffers,
+            outputs: &mut *outputs,
             error: None,
             in_place: in_place_output,
             dynamic: &mut dynamic,
         };
-        *executed += 1;
-        let sample = self.learn && self.prio.should_sample(g, node, *executed);
+        scratch.executed += 1;
+        let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
         let start = (sample || self.trace.is_some()).then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         if let Some(start) = start {
@@ -246,11 +306,11 @@ impl RunState<'_> {
                 g.learn(node, ns);
             }
             if let Some(t) = &self.trace {
-                *busy_ns += ns;
+                scratch.busy_ns += ns;
                 let begin = start.duration_since(t.start).as_nanos() as u64;
                 let event = NodeEvent {
                     node,
-                    thread: *thread,
+                    thread: scratch.thread,
                     start_ns: begin,
                     end_ns: begin + ns,
                     live_bytes: self.live.load(Ordering::Relaxed),
@@ -260,14 +320,14 @@ impl RunState<'_> {
             }
         }
         let detail = ctx.error.take();
-        let (refused, reserved_dynamic) = (dynamic.refused.take(), dynamic.reserved);
-        *acquires += dynamic.acquired;
+        let (refused, reserved_dynamic, allocated) = (dynamic.refused.take(), dynamic.reserved, dynamic.bytes);
+        scratch.acquires += dynamic.acquired;
         let failure = match outcome {
             // A dynamic output the memory limit refused fails the node, whatever the kernel made
             // of the refusal.
             Ok(_) if refused.is_some() => refused,
-            Ok(Ok(())) => check_outputs(g, node, outputs, buffers)
-                .and_then(|_| self.check_red_zones(node, buffers))
+            Ok(Ok(())) => check_outputs(g, node, outputs)
+                .and_then(|_| self.check_red_zones(node, outputs))
                 .err(),
             Ok(Err(msg)) => {
                 let msg = match detail {
@@ -289,26 +349,13 @@ impl RunState<'_> {
             )),
         };
         if let Some(e) = failure {
-            // `buffers` records every block the node holds, dynamic ones included.
-            for (k, &b) in buffers.iter().enumerate() {
-                if Some(k) != in_place_output {
-                    self.give_back(b);
-                }
-            }
-            self.clear_output_slots(node);
-            self.live.fetch_sub(reserved_dynamic, Ordering::Relaxed);
+            // The slots hold every block the node took, dynamic ones included.
+            self.unplace(outputs, in_place_output);
+            self.sub_live(reserved_dynamic);
             return Err(e);
         }
-        // Commit: the outputs become values (their descriptors are in their slots already).
-        let mut dynamic = 0;
-        for (k, v) in values.enumerate() {
-            if g.value_size(v) == OutputSize::Dynamic {
-                dynamic += buffers[k].capacity as u64;
-            }
-            // SAFETY: only this node writes its outputs' slots, before anyone may read them.
-            unsafe { (*self.slots[v as usize].get()).buffer = buffers[k] };
-        }
-        if let Some(input) = *taken {
+        // The outputs are values now: their slots hold their descriptors and blocks.
+        if let Some(input) = scratch.taken {
             // The block now belongs to the output's slot alone: the input's slot keeps only its
             // size (the value's end in `finish_node` counts it), so that nothing, not even the
             // sweep after a panic, gives the block back twice.
@@ -317,7 +364,7 @@ impl RunState<'_> {
         }
         if self.gate.is_none() {
             // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
-            self.add_live(dynamic);
+            self.add_live(allocated);
         }
         Ok(())
     }
@@ -328,12 +375,15 @@ impl RunState<'_> {
 struct NodeOutputs<'s, 'r> {
     run: &'s RunState<'r>,
     node: u32,
+    /// The thread's slot in the run (its block cache).
+    slot: Option<usize>,
     /// Bytes reserved under the limit so far (given back if the node fails).
     reserved: u64,
     /// An allocation the memory limit refused: the run fails with it whatever the kernel returns.
     refused: Option<Error>,
-    /// Blocks taken from the pool.
+    /// Blocks taken from the pool, and their bytes.
     acquired: u64,
+    bytes: u64,
 }
 
 impl DynamicOutputs for NodeOutputs<'_, '_> {
@@ -351,6 +401,9 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
             }
             self.reserved += nbytes as u64;
         }
+        if let Some(cache) = run.cache(self.slot) {
+            cache.settle(run.pool);
+        }
         let value = g.node_values(self.node).start + i as u32;
         let until = g.release_tick(value).map_or(NEVER, u64::from);
         match run
@@ -359,12 +412,13 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
         {
             Ok(block) => {
                 self.acquired += 1;
+                self.bytes += nbytes as u64;
                 Ok(block.as_ptr().cast())
             }
             Err(e) => {
                 if run.has_gate() {
                     // The kernel may go on (try a smaller size): this reservation holds nothing.
-                    run.live.fetch_sub(nbytes as u64, Ordering::Relaxed);
+                    run.sub_live(nbytes as u64);
                     self.reserved -= nbytes as u64;
                 }
                 err(
@@ -381,10 +435,9 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
 }
 
 /// After a kernel succeeded: every output exists, sits where the run put it, and fits.
-fn check_outputs(g: &Graph, node: u32, outputs: &[*mut Tensor], buffers: &[Buffer]) -> Result<()> {
-    for (k, (&t, b)) in outputs.iter().zip(buffers).enumerate() {
-        // SAFETY: the node's output slots, which the kernel is done writing.
-        let t = unsafe { &*t };
+#[inline]
+fn check_outputs(g: &Graph, node: u32, outputs: &[Slot]) -> Result<()> {
+    for (k, Slot { tensor: t, buffer: b }) in outputs.iter().enumerate() {
         let problem = if b.ptr.is_null() {
             "is dynamic but the kernel did not allocate it".to_string()
         } else if t.data != b.ptr {

@@ -11,15 +11,18 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
-use super::cache::BlockCache;
+use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
 use crate::sched::Priorities;
+use crate::tensor::Tensor;
 
 /// A run's arrays: value slots, value reference counts, node pending counts, and the threads'
 /// block caches.
 pub(super) struct RunArrays {
     pub slots: Box<[UnsafeCell<Slot>]>,
+    /// Per input slot of every node: a pointer to the descriptor in `slots` it reads.
+    pub inputs: Box<[*const Tensor]>,
     pub refs: Box<[AtomicU32]>,
     pub pending: Box<[AtomicU32]>,
     pub caches: Box<[UnsafeCell<BlockCache>]>,
@@ -54,10 +57,14 @@ impl<T> Spares<T> {
     }
 }
 
-/// The graph's spare arrays and output lists, and the reference counts every run starts from.
+/// The graph's spare arrays and output lists, and what every run starts from.
 struct Bin {
     /// Per value: readers, plus one for a graph output.
     initial_refs: Box<[u32]>,
+    /// Per node: whether its outputs can take the short path (`RunState::place_plain`): every
+    /// one statically sized and small enough for the threads' caches, none in place, none
+    /// cleared. Graph inputs are not.
+    plain: Box<[bool]>,
     arrays: Spares<RunArrays>,
     outputs: Spares<OutputList>,
 }
@@ -74,11 +81,25 @@ pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
     bin(graph).outputs.keep(OutputList(list));
 }
 
+/// Per node: whether its outputs can take the short path (see `Bin::plain`).
+pub(super) fn plain_nodes(graph: &Graph) -> &[bool] {
+    &bin(graph).plain
+}
+
 fn bin(graph: &Graph) -> &Bin {
+    let plain = |node: u32| {
+        !graph.is_graph_input(node)
+            && graph.in_place(node).is_none()
+            && !graph.zero_output(node)
+            && graph
+                .node_values(node)
+                .all(|v| graph.value_size(v).bytes().is_some_and(|n| n <= CACHE_MAX_BYTES))
+    };
     graph.annex(Annex::Runs, || Bin {
         initial_refs: (0..graph.value_count() as u32)
             .map(|v| graph.consumers(v) + graph.is_graph_output(v) as u32)
             .collect(),
+        plain: (0..graph.node_count() as u32).map(plain).collect(),
         arrays: Spares(Mutex::new(Vec::new())),
         outputs: Spares(Mutex::new(Vec::new())),
     })
@@ -92,10 +113,20 @@ impl RunArrays {
         let spare = bin.arrays.take();
         let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::default())).collect();
         let Some(mut arrays) = spare else {
+            let slots: Box<[UnsafeCell<Slot>]> = (0..graph.value_count())
+                .map(|_| UnsafeCell::new(Slot::default()))
+                .collect();
+            // The slots never move (a boxed slice): pointers into them hold for the arrays' life.
+            let inputs = (0..graph.node_count() as u32)
+                .flat_map(|node| graph.node_inputs(node))
+                .map(|&v| {
+                    // SAFETY: a place in a live slot, borrowed raw: nothing is read here.
+                    unsafe { std::ptr::addr_of!((*slots[v as usize].get()).tensor) }
+                })
+                .collect();
             return RunArrays {
-                slots: (0..graph.value_count())
-                    .map(|_| UnsafeCell::new(Slot::default()))
-                    .collect(),
+                slots,
+                inputs,
                 refs: bin.initial_refs.iter().map(|&r| AtomicU32::new(r)).collect(),
                 pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
                 caches: new_caches(),

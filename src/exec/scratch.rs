@@ -2,18 +2,10 @@
 //! the run once per task. Workers keep theirs for their life; a thread that calls `run` keeps
 //! its own between runs, so that a steady run allocates nothing.
 
-use crate::kernel::Buffer;
-use crate::tensor::Tensor;
-
 /// Per-thread scratch space reused by every node a thread executes, and counts kept per thread
 /// until `flush` adds them to the run (one atomic add per task instead of per node).
 #[derive(Default)]
 pub(super) struct Scratch {
-    /// The running node's inputs: pointers to their slots.
-    pub(super) inputs: Vec<*const Tensor>,
-    /// The running node's outputs: pointers to their slots.
-    pub(super) outputs: Vec<*mut Tensor>,
-    pub(super) buffers: Vec<Buffer>,
     pub ready: Vec<u32>,
     /// Waiting nodes a release let in (memory reserved), most critical first.
     pub admitted: Vec<u32>,
@@ -47,24 +39,15 @@ impl Scratch {
         // there is none to keep: a fresh scratch.
         let kept = CALLER_SCRATCH.try_with(|c| c.take()).ok().flatten().unwrap_or_default();
         let Scratch {
-            mut inputs,
-            mut outputs,
-            mut buffers,
             mut ready,
             mut admitted,
             mut freed,
             ..
         } = kept;
-        inputs.clear();
-        outputs.clear();
-        buffers.clear();
         ready.clear();
         admitted.clear();
         freed.clear();
         Scratch {
-            inputs,
-            outputs,
-            buffers,
             ready,
             admitted,
             freed,

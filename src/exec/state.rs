@@ -31,28 +31,12 @@ use super::window::Window;
 use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::kernel::Buffer;
+pub(super) use crate::kernel::Slot;
 use crate::plan::Plan;
 use crate::pool::{Owner, Pool, NEVER};
 use crate::sched::{Admission, Policy, Priorities};
 use crate::tensor::{Tensor, ALIGNMENT};
 use crate::trace::NodeEvent;
-
-/// One value during a run.
-#[derive(Clone, Copy)]
-pub(super) struct Slot {
-    pub tensor: Tensor,
-    /// The pool block behind the value; `NONE` for caller memory and values not made yet.
-    pub buffer: Buffer,
-}
-
-impl Default for Slot {
-    fn default() -> Self {
-        Slot {
-            tensor: Tensor::empty(),
-            buffer: Buffer::NONE,
-        }
-    }
-}
 
 /// What a traced run records.
 pub(super) struct Tracer {
@@ -86,6 +70,9 @@ pub(super) struct RunState<'r> {
     pub prio: &'r Priorities,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
     pub(super) slots: Box<[UnsafeCell<Slot>]>,
+    /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
+    /// in `slots`. Fixed for the arrays' life, so a kernel's inputs are a slice of it.
+    pub(super) inputs: Box<[*const Tensor]>,
     /// Per value: readers still to finish, plus one for a graph output. The decrement that
     /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
     /// after every read. A value with a single read and no place in the result is never
@@ -121,9 +108,12 @@ pub(super) struct RunState<'r> {
     /// small outputs rarely take the pool's lock. Slot i is touched only by its thread while the
     /// run goes on, and by the caller once it is over. None under a memory limit or with red
     /// zones (the pool's own count must then stay exact, and every block is checked). In a
-    /// sequential run the pool counts the cached blocks as parked, not live (`parks`); in a
+    /// sequential run the pool counts the cached blocks as parked, not live (`sequential`); in a
     /// parallel run as live until the run ends.
     pub(super) caches: Box<[UnsafeCell<BlockCache>]>,
+    /// Per node: whether its outputs take the short path (`place_plain`); empty with a plan,
+    /// which places values itself.
+    pub(super) plain: &'r [bool],
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
     pub(super) plan: Option<&'r Plan>,
@@ -142,11 +132,11 @@ pub(super) struct RunState<'r> {
     /// graph inputs' slots still hold anything (every other value was freed by its last
     /// reader), and dropping the state need not look at every slot.
     pub(super) drained: bool,
-    /// Blocks in the caches are parked in the pool (not live there): a sequential run, whose
-    /// one thread pays two uncontended atomics for it. A parallel run's caches count as live in
-    /// the pool until the run ends: parking would make every node write a line all threads
-    /// share.
-    pub(super) parks: bool,
+    /// A sequential run: one thread writes its counts (`add_live`), and the blocks in its cache
+    /// are parked in the pool (not live there; the cache settles the count with the pool in
+    /// batches, see `BlockCache::unparked`). A parallel run's caches count as live in the pool
+    /// until the run ends: parking would make every node write a line all threads share.
+    pub(super) sequential: bool,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -179,6 +169,7 @@ impl<'r> RunState<'r> {
         };
         let RunArrays {
             slots,
+            inputs,
             refs,
             pending,
             caches,
@@ -188,6 +179,7 @@ impl<'r> RunState<'r> {
             pool,
             prio,
             slots,
+            inputs,
             refs,
             pending,
             active: CachePadded(AtomicUsize::new(0)),
@@ -210,6 +202,10 @@ impl<'r> RunState<'r> {
                 deferred: Mutex::new(Vec::new()),
             }),
             caches,
+            plain: match plan {
+                None => super::recycle::plain_nodes(graph),
+                Some(_) => &[],
+            },
             plan,
             cancel,
             deadline,
@@ -222,7 +218,7 @@ impl<'r> RunState<'r> {
             busy_ns: AtomicU64::new(0),
             policy,
             drained: false,
-            parks: !parallel,
+            sequential: !parallel,
         }
     }
 
@@ -402,12 +398,35 @@ impl<'r> RunState<'r> {
         std::mem::take(self.slots[value as usize].get_mut())
     }
 
+    /// Counts `bytes` more as live, raising the peak. A sequential run's counts have one writer,
+    /// its thread: a plain load and store, no locked instruction.
     pub(super) fn add_live(&self, bytes: u64) {
-        if bytes > 0 {
-            let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
-            if now > self.peak_live.load(Ordering::Relaxed) {
-                self.peak_live.fetch_max(now, Ordering::Relaxed);
+        if bytes == 0 {
+            return;
+        }
+        let now = match self.sequential {
+            true => {
+                let now = self.live.load(Ordering::Relaxed) + bytes;
+                self.live.store(now, Ordering::Relaxed);
+                now
             }
+            false => self.live.fetch_add(bytes, Ordering::Relaxed) + bytes,
+        };
+        if now > self.peak_live.load(Ordering::Relaxed) {
+            match self.sequential {
+                true => self.peak_live.store(now, Ordering::Relaxed),
+                false => _ = self.peak_live.fetch_max(now, Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// Counts `bytes` fewer as live (as `add_live`, a plain store in a sequential run).
+    pub(super) fn sub_live(&self, bytes: u64) {
+        match self.sequential {
+            true => self
+                .live
+                .store(self.live.load(Ordering::Relaxed) - bytes, Ordering::Relaxed),
+            false => _ = self.live.fetch_sub(bytes, Ordering::Relaxed),
         }
     }
 
@@ -451,8 +470,7 @@ impl<'r> RunState<'r> {
         });
         if let Err(e) = result {
             // Static reservations of a node that never produced: nothing will release them.
-            self.live
-                .fetch_sub(self.prio.output_bytes[node as usize], Ordering::Relaxed);
+            self.sub_live(self.prio.output_bytes[node as usize]);
             self.fail(e);
             return;
         }
@@ -496,7 +514,7 @@ impl<'r> RunState<'r> {
                     // Its buffer lives on as this node's output: only the value goes.
                     // SAFETY: the last reference is gone; only this thread touches the slot.
                     let moved = unsafe { super::cache::empty_slot(&mut *self.slots[v as usize].get()) };
-                    self.live.fetch_sub(moved.capacity as u64, Ordering::Relaxed);
+                    self.sub_live(moved.capacity as u64);
                     // The run's count went down: waiting nodes get their look, as after a release.
                     if gated {
                         freed.push(v);
@@ -555,6 +573,7 @@ impl Drop for RunState<'_> {
         self.flush_caches();
         let arrays = RunArrays {
             slots: std::mem::take(&mut self.slots),
+            inputs: std::mem::take(&mut self.inputs),
             refs: std::mem::take(&mut self.refs),
             pending: std::mem::take(&mut self.pending),
             caches: std::mem::take(&mut self.caches),

@@ -220,8 +220,13 @@ impl Graph {
 
     /// Value indices a node reads, one per input slot.
     pub fn node_inputs(&self, node: u32) -> &[u32] {
-        &self.input_values
-            [self.nodes.input_start[node as usize] as usize..self.nodes.input_start[node as usize + 1] as usize]
+        &self.input_values[self.node_input_range(node)]
+    }
+
+    /// Where a node's inputs sit in the list of every node's inputs, in node order (the list
+    /// [`node_inputs`](Self::node_inputs) slices).
+    pub fn node_input_range(&self, node: u32) -> Range<usize> {
+        self.nodes.input_start[node as usize] as usize..self.nodes.input_start[node as usize + 1] as usize
     }
 
     /// Value indices a node produces.

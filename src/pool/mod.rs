@@ -211,8 +211,7 @@ impl Pool {
     }
 
     /// Raises the live peak to what is live now: `central` bytes out of the central pool, less
-    /// the parked ones, plus `elsewhere` (the heaps'). A plain load first: the peak rarely moves,
-    /// and this runs for every block a sequential run takes from its cache.
+    /// the parked ones, plus `elsewhere` (the heaps'). A plain load first: the peak rarely moves.
     fn raise_peak(&self, central: u64, elsewhere: u64) {
         let now = self.unparked(central) + elsewhere;
         if now > self.published.peak_live.load(Ordering::Relaxed) {
@@ -220,16 +219,24 @@ impl Pool {
         }
     }
 
-    /// A block of `bytes` a sequential run took back from a value into its cache: no longer
-    /// live, though still the run's. No lock.
-    pub(crate) fn park(&self, bytes: usize) {
-        self.published.parked.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-
-    /// A parked block of `bytes` handed to a node: live again (the peak follows). No lock.
-    pub(crate) fn unpark(&self, bytes: usize) {
-        self.published.parked.fetch_sub(bytes as u64, Ordering::Relaxed);
-        self.raise_peak(self.published.live.load(Ordering::Relaxed), self.heaps.live());
+    /// A sequential run's cache settling with the pool (no lock): since it last did, it handed
+    /// `unparked` bytes of parked blocks to nodes (net of those it took back: negative if it took
+    /// back more), and the most that net reached was `peak`. The live peak rises by what the
+    /// pool's count missed meanwhile, exact when the run is the pool's only user.
+    pub(crate) fn settle_parked(&self, unparked: i64, peak: i64) {
+        if peak > 0 {
+            self.raise_peak(
+                self.published.live.load(Ordering::Relaxed),
+                self.heaps.live() + peak as u64,
+            );
+        }
+        match unparked >= 0 {
+            true => self.published.parked.fetch_sub(unparked as u64, Ordering::Relaxed),
+            false => self
+                .published
+                .parked
+                .fetch_add(unparked.unsigned_abs(), Ordering::Relaxed),
+        };
     }
 
     /// `count` blocks of `nbytes` for `owner` under one lock (not cleared), appended to `out`:
@@ -250,7 +257,7 @@ impl Pool {
         for _ in 0..count {
             if parked {
                 // Before the block counts in `live`: it never shows as live until handed out.
-                self.park(nbytes);
+                self.published.parked.fetch_add(nbytes as u64, Ordering::Relaxed);
             }
             let request = Request {
                 nbytes: inner,

@@ -261,6 +261,7 @@ impl Priorities {
     }
 
     /// Consumers of `node`, one per input slot, most urgent first under `policy`.
+    #[inline]
     pub fn successors_in(&self, policy: Policy, node: u32) -> &[u32] {
         let range = self.succ_start[node as usize] as usize..self.succ_start[node as usize + 1] as usize;
         match policy {
@@ -279,6 +280,7 @@ impl Priorities {
     /// [`SAMPLE_EVERY`], or in [`SAMPLE_EVERY_CHEAP`] for op types cheaper than
     /// [`CHEAP_OP_NS`](estimates::CHEAP_OP_NS) when these priorities were computed. An op type
     /// measured before then costs one array read: an average never returns to 0.
+    #[inline]
     pub fn should_sample(&self, g: &Graph, node: u32, executed: u64) -> bool {
         let op = g.op_index(node);
         let basis = self.basis.get(op as usize).copied().unwrap_or(0);
