@@ -64,7 +64,8 @@ pub struct KernelCtx<'a> {
     pub(crate) error: Option<String>,
     /// The output that took over an input's buffer, if any.
     pub(crate) in_place: Option<usize>,
-    pub(crate) dynamic: &'a mut dyn DynamicOutputs,
+    /// How dynamic outputs get memory; `None` for a node that has none.
+    pub(crate) dynamic: Option<&'a mut dyn DynamicOutputs>,
 }
 
 impl KernelCtx<'_> {
@@ -125,7 +126,8 @@ impl KernelCtx<'_> {
     /// Allocates dynamic output `i` with its real size (0 is allowed: an empty output), from the
     /// run's pool. Sets the descriptor's data and nbytes and keeps its dtype and shape.
     pub fn alloc_output(&mut self, i: usize, nbytes: usize) -> Result<&mut Tensor> {
-        let name = self.node_name();
+        let name: &CStr = self.name;
+        let name = name.to_str().expect("names are UTF-8");
         if i >= self.outputs.len() {
             return err(
                 ErrorKind::InvalidArgument,
@@ -135,12 +137,12 @@ impl KernelCtx<'_> {
                 ),
             );
         }
-        if !self.dynamic.is_dynamic(i) {
+        let Some(dynamic) = self.dynamic.as_deref_mut().filter(|d| d.is_dynamic(i)) else {
             return err(
                 ErrorKind::InvalidArgument,
                 format!("output {i} of node '{name}' has a static size and is allocated already"),
             );
-        }
+        };
         if !self.outputs[i].buffer.ptr.is_null() {
             return err(
                 ErrorKind::InvalidArgument,
@@ -150,7 +152,7 @@ impl KernelCtx<'_> {
         // An empty output gets a dangling, aligned pointer: nothing to allocate or give back.
         let ptr = match nbytes {
             0 => ALIGNMENT as *mut c_void,
-            _ => self.dynamic.allocate(i, nbytes)?,
+            _ => dynamic.allocate(i, nbytes)?,
         };
         let slot = &mut self.outputs[i];
         slot.buffer = Buffer::new(ptr, nbytes);

@@ -3,11 +3,13 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
+use super::recycle::Step;
 use super::scratch::Scratch;
 use super::state::{lock, panic_text, RunState};
 use crate::error::{err, Error, ErrorKind, Result};
@@ -88,14 +90,13 @@ impl RunState<'_> {
         Ok(())
     }
 
-    /// The output slots of `node`, for the node alone to write.
+    /// The output slots of a node (its `values`), for the node alone to write.
     ///
     /// # Safety
     /// Only the thread executing `node` may call this, once at a time: nothing else touches a
     /// node's output slots until it finishes (module docs of `state`).
     #[allow(clippy::mut_from_ref)]
-    unsafe fn output_slots(&self, node: u32) -> &mut [Slot] {
-        let values = self.graph.node_values(node);
+    unsafe fn output_slots(&self, values: Range<u32>) -> &mut [Slot] {
         let cells = &self.slots[values.start as usize..values.end as usize];
         // SAFETY: `UnsafeCell<Slot>` has the layout of `Slot`; exclusive per the contract.
         unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(cells.as_ptr()), cells.len()) }
@@ -130,31 +131,33 @@ impl RunState<'_> {
 
     /// Runs a node's kernel: places its outputs in their slots, calls it, and checks what it
     /// left. On failure every block the node took is back and its output slots are empty.
-    pub(super) fn run_kernel(&self, node: u32, scratch: &mut Scratch) -> Result<()> {
+    pub(super) fn run_kernel(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Result<()> {
         scratch.taken = None;
-        // SAFETY: this thread executes `node`.
-        let outputs = unsafe { self.output_slots(node) };
-        let placed = match (self.plain.get(node as usize), self.cache(scratch.slot)) {
-            (Some(true), Some(cache)) => self.place_plain(node, outputs, &mut scratch.acquires, cache),
-            _ => self.place_outputs(node, outputs, scratch),
+        let first = step.first;
+        // SAFETY: this thread executes the node whose outputs these are.
+        let outputs = unsafe { self.output_slots(step.values()) };
+        let plain = step.plain && self.plain_run;
+        let placed = match self.cache(scratch.slot) {
+            Some(cache) if plain => self.place_plain(node, first, outputs, &mut scratch.acquires, cache),
+            _ => self.place_outputs(node, first, outputs, scratch),
         };
         match placed {
-            Ok(in_place_output) => self.call_kernel(node, outputs, scratch, in_place_output),
+            Ok(in_place_output) => self.call_kernel(node, step, outputs, scratch, in_place_output, plain),
             Err(e) => Err(e),
         }
     }
 
-    /// The outputs of a plain node (see `plain_nodes`) in a run without a plan, on a thread
+    /// The outputs of a plain node (see `Step::plain`) in a run without a plan, on a thread
     /// with a block cache: each a block of that cache. What `place_outputs` does for such a
     /// node, without the cases that cannot arise, for the nodes most graphs are made of.
     fn place_plain(
         &self,
         node: u32,
+        first: u32,
         outputs: &mut [Slot],
         acquires: &mut u64,
         cache: &mut BlockCache,
     ) -> Result<Option<usize>> {
-        let first = self.graph.node_values(node).start;
         for k in 0..outputs.len() {
             let v = first + k as u32;
             // Plain outputs are statically sized.
@@ -182,10 +185,15 @@ impl RunState<'_> {
     /// its slice of the plan's arena, a block of the thread's cache, a block of the pool. A
     /// dynamic output has none until the kernel allocates it. Returns the output placed in
     /// place, if any.
-    fn place_outputs(&self, node: u32, outputs: &mut [Slot], scratch: &mut Scratch) -> Result<Option<usize>> {
+    fn place_outputs(
+        &self,
+        node: u32,
+        first: u32,
+        outputs: &mut [Slot],
+        scratch: &mut Scratch,
+    ) -> Result<Option<usize>> {
         let g = self.graph;
         let mut cache = self.cache(scratch.slot);
-        let first = g.node_values(node).start;
         let mut in_place_output = None;
         for k in 0..outputs.len() {
             let v = first + k as u32;
@@ -262,23 +270,26 @@ impl RunState<'_> {
     }
 
     /// Calls the kernel of `node`, whose outputs are in their slots, and checks what it left:
-    /// on success its outputs are values.
+    /// on success its outputs are values. A plain node has no dynamic output to serve.
+    #[allow(clippy::too_many_arguments)]
     fn call_kernel(
         &self,
         node: u32,
+        step: &Step,
         outputs: &mut [Slot],
         scratch: &mut Scratch,
         in_place_output: Option<usize>,
+        plain: bool,
     ) -> Result<()> {
         let g = self.graph;
         // The inputs' descriptors where their producers left them: no copy.
-        let inputs = &self.inputs[g.node_input_range(node)];
+        let inputs = &self.inputs[step.inputs()];
         // SAFETY: `*const Tensor` and `&Tensor` have one layout; every pointer is to the slot of
         // an input whose producer finished before this node became ready, and which nobody
         // writes until this node (one of its readers) is done (module docs).
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
         let kernel = g.kernel(node).expect("operator nodes have kernels");
-        let mut dynamic = NodeOutputs {
+        let mut dynamic = (!plain).then(|| NodeOutputs {
             run: self,
             node,
             slot: scratch.slot,
@@ -286,7 +297,7 @@ impl RunState<'_> {
             refused: None,
             acquired: 0,
             bytes: 0,
-        };
+        });
         let mut ctx = KernelCtx {
             node,
             name: g.node_name_c(node),
@@ -294,7 +305,7 @@ impl RunState<'_> {
             outputs: &mut *outputs,
             error: None,
             in_place: in_place_output,
-            dynamic: &mut dynamic,
+            dynamic: dynamic.as_mut().map(|d| d as &mut dyn DynamicOutputs),
         };
         scratch.executed += 1;
         let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
@@ -320,8 +331,13 @@ impl RunState<'_> {
             }
         }
         let detail = ctx.error.take();
-        let (refused, reserved_dynamic, allocated) = (dynamic.refused.take(), dynamic.reserved, dynamic.bytes);
-        scratch.acquires += dynamic.acquired;
+        let (refused, reserved_dynamic, allocated) = match dynamic {
+            Some(mut d) => {
+                scratch.acquires += d.acquired;
+                (d.refused.take(), d.reserved, d.bytes)
+            }
+            None => (None, 0, 0),
+        };
         let failure = match outcome {
             // A dynamic output the memory limit refused fails the node, whatever the kernel made
             // of the refusal.

@@ -8,6 +8,7 @@
 //! counters, from the graph's templates.
 
 use std::cell::UnsafeCell;
+use std::ops::Range;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
@@ -61,10 +62,8 @@ impl<T> Spares<T> {
 struct Bin {
     /// Per value: readers, plus one for a graph output.
     initial_refs: Box<[u32]>,
-    /// Per node: whether its outputs can take the short path (`RunState::place_plain`): every
-    /// one statically sized and small enough for the threads' caches, none in place, none
-    /// cleared. Graph inputs are not.
-    plain: Box<[bool]>,
+    /// Per node: what executing it needs, in one record.
+    steps: Box<[Step]>,
     arrays: Spares<RunArrays>,
     outputs: Spares<OutputList>,
 }
@@ -81,25 +80,69 @@ pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
     bin(graph).outputs.keep(OutputList(list));
 }
 
-/// Per node: whether its outputs can take the short path (see `Bin::plain`).
-pub(super) fn plain_nodes(graph: &Graph) -> &[bool] {
-    &bin(graph).plain
+/// What executing one node needs of its graph, in one record: read once per node instead of
+/// from a handful of the graph's arrays.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Step {
+    /// Its outputs are values `first..first + outputs`.
+    pub first: u32,
+    pub outputs: u32,
+    /// Its inputs are entries `input_start..input_end` of the graph's list of every node's
+    /// inputs (and of `RunArrays::inputs`).
+    pub input_start: u32,
+    pub input_end: u32,
+    /// Its outputs can take the short path (`RunState::place_plain`): each statically sized and
+    /// small enough for the threads' caches, none in place, none cleared.
+    pub plain: bool,
+    /// One of its outputs has no reader and is no graph output: it goes as the node ends.
+    pub unread: bool,
+}
+
+impl Step {
+    pub fn values(&self) -> Range<u32> {
+        self.first..self.first + self.outputs
+    }
+
+    pub fn inputs(&self) -> Range<usize> {
+        self.input_start as usize..self.input_end as usize
+    }
+}
+
+/// Per node: what executing it needs (see [`Step`]).
+pub(super) fn steps(graph: &Graph) -> &[Step] {
+    &bin(graph).steps
+}
+
+/// Per value: readers, plus one for a graph output (what a run's reference counts start from).
+pub(super) fn initial_refs(graph: &Graph) -> &[u32] {
+    &bin(graph).initial_refs
 }
 
 fn bin(graph: &Graph) -> &Bin {
-    let plain = |node: u32| {
-        !graph.is_graph_input(node)
-            && graph.in_place(node).is_none()
-            && !graph.zero_output(node)
-            && graph
-                .node_values(node)
-                .all(|v| graph.value_size(v).bytes().is_some_and(|n| n <= CACHE_MAX_BYTES))
+    let step = |node: u32| {
+        let values = graph.node_values(node);
+        let inputs = graph.node_input_range(node);
+        Step {
+            first: values.start,
+            outputs: values.len() as u32,
+            input_start: inputs.start as u32,
+            input_end: inputs.end as u32,
+            plain: !graph.is_graph_input(node)
+                && graph.in_place(node).is_none()
+                && !graph.zero_output(node)
+                && values
+                    .clone()
+                    .all(|v| graph.value_size(v).bytes().is_some_and(|n| n <= CACHE_MAX_BYTES)),
+            unread: values
+                .clone()
+                .any(|v| graph.consumers(v) == 0 && !graph.is_graph_output(v)),
+        }
     };
     graph.annex(Annex::Runs, || Bin {
         initial_refs: (0..graph.value_count() as u32)
             .map(|v| graph.consumers(v) + graph.is_graph_output(v) as u32)
             .collect(),
-        plain: (0..graph.node_count() as u32).map(plain).collect(),
+        steps: (0..graph.node_count() as u32).map(step).collect(),
         arrays: Spares(Mutex::new(Vec::new())),
         outputs: Spares(Mutex::new(Vec::new())),
     })

@@ -24,7 +24,7 @@ use std::time::Instant;
 use super::cache::{release, BlockCache};
 use super::gate::{Gate, GateInner};
 use super::padded::CachePadded;
-use super::recycle::RunArrays;
+use super::recycle::{RunArrays, Step};
 use super::run::{CancelToken, InputBinding};
 use super::scratch::Scratch;
 use super::window::Window;
@@ -111,9 +111,13 @@ pub(super) struct RunState<'r> {
     /// sequential run the pool counts the cached blocks as parked, not live (`sequential`); in a
     /// parallel run as live until the run ends.
     pub(super) caches: Box<[UnsafeCell<BlockCache>]>,
-    /// Per node: whether its outputs take the short path (`place_plain`); empty with a plan,
-    /// which places values itself.
-    pub(super) plain: &'r [bool],
+    /// Per node: what executing it needs (`recycle::Step`).
+    pub(super) steps: &'r [Step],
+    /// Per value: what its count in `refs` starts from.
+    pub(super) initial_refs: &'r [u32],
+    /// Plain nodes take the short path (`place_plain`): not with a plan, which places values
+    /// itself.
+    pub(super) plain_run: bool,
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
     pub(super) plan: Option<&'r Plan>,
@@ -202,10 +206,9 @@ impl<'r> RunState<'r> {
                 deferred: Mutex::new(Vec::new()),
             }),
             caches,
-            plain: match plan {
-                None => super::recycle::plain_nodes(graph),
-                Some(_) => &[],
-            },
+            steps: super::recycle::steps(graph),
+            initial_refs: super::recycle::initial_refs(graph),
+            plain_run: plan.is_none(),
             plan,
             cancel,
             deadline,
@@ -457,7 +460,8 @@ impl<'r> RunState<'r> {
         }
         // A panic here is a bug in graphsched (kernel panics are caught around the kernel):
         // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, scratch)));
+        let step = self.steps[node as usize];
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, &step, scratch)));
         let result = outcome.unwrap_or_else(|panic| {
             err(
                 ErrorKind::KernelPanicked,
@@ -474,7 +478,7 @@ impl<'r> RunState<'r> {
             self.fail(e);
             return;
         }
-        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node(node, scratch)));
+        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node(node, &step, scratch)));
         if let Err(panic) = finished {
             // The run stops here: what it made ready is dropped (the failure ends the run once
             // the running tasks finish), and whatever its values hold goes back when it drops.
@@ -492,7 +496,7 @@ impl<'r> RunState<'r> {
     }
 
     /// After a successful kernel: drop what nobody needs any more, then mark successors.
-    pub(super) fn finish_node(&self, node: u32, scratch: &mut Scratch) {
+    pub(super) fn finish_node(&self, node: u32, step: &Step, scratch: &mut Scratch) {
         super::fault::check(self.graph, node);
         let g = self.graph;
         // Values this node freed, kept only under a memory limit: admission hears of them
@@ -500,15 +504,15 @@ impl<'r> RunState<'r> {
         let gated = self.gate.is_some();
         let freed = &mut scratch.freed;
         freed.clear();
-        for v in g.node_values(node) {
+        for v in step.values().filter(|_| step.unread) {
             if self.refs[v as usize].load(Ordering::Relaxed) == 0 && self.drop_value(v, scratch.slot) && gated {
                 freed.push(v);
             }
         }
-        for &v in g.node_inputs(node) {
+        for &v in &g.input_values()[step.inputs()] {
             // A value with one read, this one, and no place in the result is done now: its count
             // is nobody else's to decrement, so it is left alone (no atomic on the hot path).
-            let only_read = g.consumers(v) == 1 && !g.is_graph_output(v);
+            let only_read = self.initial_refs[v as usize] == 1;
             if only_read || self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                 if scratch.taken == Some(v) {
                     // Its buffer lives on as this node's output: only the value goes.

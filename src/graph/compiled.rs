@@ -223,6 +223,12 @@ impl Graph {
         &self.input_values[self.node_input_range(node)]
     }
 
+    /// Every node's inputs (value indices), node after node: [`node_inputs`](Self::node_inputs)
+    /// is a slice of it.
+    pub fn input_values(&self) -> &[u32] {
+        &self.input_values
+    }
+
     /// Where a node's inputs sit in the list of every node's inputs, in node order (the list
     /// [`node_inputs`](Self::node_inputs) slices).
     pub fn node_input_range(&self, node: u32) -> Range<usize> {
