@@ -22,6 +22,10 @@
 
 #define OH_REPS 5
 
+/* The timed runs of each repetition live in a function of this name, never inlined, so that
+ * benches/c/instructions.sh can count the instructions they execute (valgrind --toggle-collect). */
+#define OH_NOINLINE __attribute__((noinline))
+
 /* Threads in all, the calling thread included: $OH_THREADS, else 2. */
 static int oh_threads(void) {
   const char *s = getenv("OH_THREADS");

@@ -75,6 +75,16 @@ static gs_graph *build(const oh_workload *w) {
   return g;
 }
 
+/* One repetition's runs: what benches/c/instructions.sh counts. */
+static OH_NOINLINE void oh_timed_runs(gs_graph *g, gs_pool *pool, const gs_run_options *opts,
+                                      uint32_t runs) {
+  for (uint32_t k = 0; k < runs; k++) {
+    gs_run_result *res = NULL;
+    check(gs_run(g, pool, opts, &res), "gs_run");
+    gs_result_free(res);
+  }
+}
+
 static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   uint64_t samples[OH_REPS];
   gs_graph *g = build(w);
@@ -87,11 +97,7 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   gs_result_free(res);
   for (int r = 0; r < OH_REPS; r++) {
     uint64_t t0 = oh_now_ns();
-    for (uint32_t k = 0; k < w->runs_per_rep; k++) {
-      res = NULL;
-      check(gs_run(g, pool, &opts, &res), "gs_run");
-      gs_result_free(res);
-    }
+    oh_timed_runs(g, pool, &opts, w->runs_per_rep);
     samples[r] = oh_now_ns() - t0;
   }
   oh_report("graphsched", w, oh_median(samples, OH_REPS));
@@ -102,7 +108,10 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
 /* With an argument, only the workloads whose name contains it run (for profiling one). */
 static const char *only = NULL;
 static void maybe_bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
-  if (only == NULL || strstr(w->name, only) != NULL) bench(ex, pool, w);
+  if (only == NULL || strstr(w->name, only) != NULL)
+    bench(ex, pool, w);
+  else
+    oh_free(w);
 }
 
 int main(int argc, char **argv) {

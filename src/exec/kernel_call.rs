@@ -289,7 +289,7 @@ impl RunState<'_> {
         // writes until this node (one of its readers) is done (module docs).
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
         let kernel = g.kernel(node).expect("operator nodes have kernels");
-        let mut dynamic = (!plain).then(|| NodeOutputs {
+        let mut dynamic = (!plain).then_some(NodeOutputs {
             run: self,
             node,
             slot: scratch.slot,

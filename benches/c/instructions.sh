@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Instructions per node of graphsched and oneTBB on the workloads of benches/c/run_overhead.sh,
+# counted by valgrind's callgrind: the same for every run, where times on a shared machine
+# drift by 2x. Counts only the timed runs (oh_timed_runs), not construction or the warm-up.
+# One thread (callgrind runs threads one at a time); graphsched both without an executor (seq)
+# and with one of 1 thread. Instructions are not time (a locked instruction or a cache miss costs
+# tens of plain ones): use it to see what a change does to a path's length, and
+# benches/c/run_overhead.sh for time.
+# Usage: benches/c/instructions.sh [WORKLOAD...]   (default: all five; needs valgrind)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${BUILD:-$root/build-bench}"
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install -y valgrind)"; exit 1; }
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+      -DGRAPHSCHED_BUILD_BENCHMARKS=ON -DGRAPHSCHED_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build" -j "${JOBS:-1}" --target overhead_graphsched >/dev/null
+have_tbb=0
+if cmake --build "$build" -j "${JOBS:-1}" --target overhead_tbb >/dev/null 2>&1; then have_tbb=1; fi
+
+workloads=("$@")
+[ ${#workloads[@]} -eq 0 ] && workloads=(chain fanout tree layered single)
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+
+# count NAME ENV... -- PROGRAM WORKLOAD: prints NAME, the workload and instructions per node.
+count() {
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local prog=$1 w=$2
+  local line
+  line="$(env "${envs[@]}" "$prog" "$w")"   # the workload's name, node count and runs
+  env "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
+      --toggle-collect='*oh_timed_runs*' "$prog" "$w" >/dev/null 2>&1
+  local total
+  total="$(awk '/^summary:/ {print $2}' "$out")"
+  # The program prints: SYSTEM NAME VALUE UNIT (NODES nodes, median of REPS); runs per rep
+  # follow from the unit (us/run: 1000 or 10000 runs of a small graph).
+  echo "$line" | awk -v total="$total" -v name="$name" '{
+    nodes = substr($5, 2) + 0
+    runs = ($4 == "us/run") ? (($2 ~ /single/) ? 10000 : 1000) : 1
+    printf "%-14s %-16s %10.0f instructions/node\n", name, $2, total / (5 * runs * nodes)
+  }'
+}
+
+for w in "${workloads[@]}"; do
+  count "graphsched-seq" OH_SEQUENTIAL=1 -- "$build/benches/c/overhead_graphsched" "$w"
+  count "graphsched-1" OH_THREADS=1 -- "$build/benches/c/overhead_graphsched" "$w"
+  if [ "$have_tbb" -eq 1 ]; then
+    count "tbb-1" OH_THREADS=1 -- "$build/benches/c/overhead_tbb" "$w"
+  fi
+done
