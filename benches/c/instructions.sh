@@ -3,7 +3,9 @@
 # counted by valgrind's callgrind: the same for every run, where times on a shared machine
 # drift by 2x. Counts only the timed runs (oh_timed_runs), not construction or the warm-up.
 # One thread (callgrind runs threads one at a time); graphsched both without an executor (seq)
-# and with one of 1 thread. Instructions are not time (a locked instruction or a cache miss costs
+# and with one of 1 thread, its estimates frozen after the warm-up (OH_FREEZE=1: under valgrind
+# kernels look 50x slower, the estimates would move and every run recompute its priorities; the
+# 1-in-64 timing of cheap kernels is then not counted, a few instructions a node). Instructions are not time (a locked instruction or a cache miss costs
 # tens of plain ones): use it to see what a change does to a path's length, and
 # benches/c/run_overhead.sh for time.
 # Usage: benches/c/instructions.sh [WORKLOAD...]   (default: all five; needs valgrind)
@@ -46,8 +48,8 @@ count() {
 }
 
 for w in "${workloads[@]}"; do
-  count "graphsched-seq" OH_SEQUENTIAL=1 -- "$build/benches/c/overhead_graphsched" "$w"
-  count "graphsched-1" OH_THREADS=1 -- "$build/benches/c/overhead_graphsched" "$w"
+  count "graphsched-seq" OH_SEQUENTIAL=1 OH_FREEZE=1 -- "$build/benches/c/overhead_graphsched" "$w"
+  count "graphsched-1" OH_THREADS=1 OH_FREEZE=1 -- "$build/benches/c/overhead_graphsched" "$w"
   if [ "$have_tbb" -eq 1 ]; then
     count "tbb-1" OH_THREADS=1 -- "$build/benches/c/overhead_tbb" "$w"
   fi

@@ -4,6 +4,7 @@
  * (default 2: the calling thread plus one worker) and one pool shared by all runs. Each graph is built and finalized
  * once, not timed; a run is gs_run + gs_result_free. One warm-up run, then the median of
  * OH_REPS repetitions. OH_SEQUENTIAL=1: no executor (sequential runs on the calling thread).
+ * OH_FREEZE=1: runs keep the estimates as they are (no kernel is timed).
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
 #include <graphsched.h>
@@ -92,6 +93,10 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   gs_run_result *res = NULL;
   memset(&opts, 0, sizeof opts);
   opts.executor = ex; /* memory_limit_bytes, window, policy: 0 = defaults */
+  /* OH_FREEZE=1: estimates stay as the warm-up left them (benches/c/instructions.sh: under
+   * valgrind every kernel looks slow, the estimates move and each run recomputes priorities). */
+  const char *freeze = getenv("OH_FREEZE");
+  if (freeze && atoi(freeze)) opts.flags |= GS_RUN_FREEZE_ESTIMATES;
 
   check(gs_run(g, pool, &opts, &res), "gs_run (warm-up)");
   gs_result_free(res);

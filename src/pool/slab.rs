@@ -7,13 +7,20 @@
 //! Each slab records which of its blocks are live, for whom and how large, so that the pool
 //! checks a release without a map of every live block.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
+use super::addr_hash::AddrHasher;
 use super::arena::{Arena, NEVER};
 use super::Owner;
 use crate::error::Result;
 
 const MIN_SLAB_BYTES: usize = 16 * 1024;
+
+/// Pages of the slab map: a slab (at least 16 KiB) lists every page it overlaps, so a page
+/// overlaps at most two slabs (one ending in it, one starting).
+const PAGE_SHIFT: u32 = 12;
+const NO_SLAB: u32 = u32::MAX;
 
 /// The class a request of `nbytes` (> 0) rounds up to.
 #[inline]
@@ -104,8 +111,9 @@ pub(super) struct Slabs {
     spare_ids: Vec<u32>,
     /// Per class: the one empty slab kept (still listed in `partial`).
     empty: Vec<Option<u32>>,
-    /// Slab ids by base address: a block's slab is the last one starting at or before it.
-    by_base: BTreeMap<usize, u32>,
+    /// Slab ids by page (address >> `PAGE_SHIFT`): the slabs overlapping it, `NO_SLAB` for
+    /// none. A release finds its slab with one hash lookup instead of an ordered search.
+    by_page: HashMap<usize, [u32; 2], BuildHasherDefault<AddrHasher>>,
 }
 
 impl Slabs {
@@ -118,7 +126,7 @@ impl Slabs {
             classes,
             slabs: Vec::new(),
             spare_ids: Vec::new(),
-            by_base: BTreeMap::new(),
+            by_page: HashMap::default(),
         }
     }
 
@@ -151,10 +159,13 @@ impl Slabs {
 
     /// The live block that starts at `addr`, if one does.
     pub fn find(&self, addr: usize) -> Option<Found> {
-        let (_, &id) = self.by_base.range(..=addr).next_back()?;
-        let slab = self.slabs[id as usize].as_ref().expect("listed slabs are live");
+        let ids = self.by_page.get(&(addr >> PAGE_SHIFT))?;
+        let (id, slab) = ids.iter().filter(|&&id| id != NO_SLAB).find_map(|&id| {
+            let slab = self.slabs[id as usize].as_ref().expect("listed slabs are live");
+            (addr >= slab.base && addr < slab.base + slab.bytes).then_some((id, slab))
+        })?;
         let offset = addr - slab.base;
-        if offset >= slab.bytes || offset % slab.block != 0 {
+        if offset % slab.block != 0 {
             return None;
         }
         let meta = *slab.meta.get(offset / slab.block)?;
@@ -206,7 +217,14 @@ impl Slabs {
 
     fn free_slab(&mut self, arena: &mut Arena, id: u32) {
         let slab = self.slabs[id as usize].take().expect("a live slab");
-        self.by_base.remove(&slab.base);
+        for page in pages(slab.base, slab.bytes) {
+            let ids = self.by_page.get_mut(&page).expect("a live slab's pages are listed");
+            let other = if ids[0] == id { ids[1] } else { ids[0] };
+            match other {
+                NO_SLAB => _ = self.by_page.remove(&page),
+                _ => *ids = [other, NO_SLAB],
+            }
+        }
         self.spare_ids.push(id);
         let partial = &mut self.partial[slab.class as usize];
         if let Some(pos) = partial.iter().position(|&s| s == id) {
@@ -242,10 +260,19 @@ impl Slabs {
                 (self.slabs.len() - 1) as u32
             }
         };
-        self.by_base.insert(base, id);
+        for page in pages(base, bytes) {
+            let ids = self.by_page.entry(page).or_insert([NO_SLAB; 2]);
+            let free = ids.iter().position(|&i| i == NO_SLAB);
+            ids[free.expect("slabs of 16 KiB or more share a page two at most")] = id;
+        }
         self.partial[class].push(id);
         Ok(id)
     }
+}
+
+/// The pages `bytes` bytes at `base` overlap.
+fn pages(base: usize, bytes: usize) -> std::ops::RangeInclusive<usize> {
+    base >> PAGE_SHIFT..=(base + bytes - 1) >> PAGE_SHIFT
 }
 
 #[cfg(test)]
@@ -277,6 +304,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_block_finds_its_own_slab_across_shared_pages() {
+        // Classes whose slabs are not page multiples (48 B x 342 blocks...), so neighbouring
+        // slabs share pages: every live block is found with its size and owner, and nothing
+        // else is, before and after the slabs around it go.
+        let mut arena = Arena::new(1 << 20);
+        let mut slabs = Slabs::new(4096);
+        let mut live: Vec<(usize, u32, usize)> = Vec::new();
+        for round in 0..600usize {
+            let n = [48, 1040, 3000, 80][round % 4];
+            let (addr, id) = slabs.alloc(&mut arena, n, Owner::Run).unwrap();
+            live.push((addr, id, n));
+        }
+        let check = |slabs: &Slabs, live: &[(usize, u32, usize)]| {
+            for &(addr, id, n) in live {
+                let found = slabs.find(addr).expect("a live block is found");
+                assert_eq!((found.id, found.nbytes, found.owner), (id, n, Owner::Run));
+                assert!(slabs.find(addr + 8).is_none(), "an address inside a block is no block");
+            }
+        };
+        check(&slabs, &live);
+        // Free every other class's blocks: their slabs go back, their pages are unlisted.
+        let (gone, kept): (Vec<_>, Vec<_>) = live.into_iter().partition(|b| b.2 == 1040 || b.2 == 80);
+        for &(addr, id, _) in &gone {
+            slabs.release(&mut arena, id, addr);
+            assert!(slabs.find(addr).is_none(), "a released block is not found");
+        }
+        slabs.release_empty(&mut arena);
+        check(&slabs, &kept);
     }
 
     #[test]
