@@ -1,9 +1,12 @@
 //! Static memory plans: every statically sized value of a graph gets a fixed offset in one arena,
 //! computed once, so repeated runs allocate nothing per value.
 //!
-//! Placement is greedy by size with best fit (as TFLite's arena planner, "Efficient Memory
+//! Placement starts greedy by size with best fit (as TFLite's arena planner, "Efficient Memory
 //! Management for Deep Neural Net Inference", 2020): values are placed largest first, each in the
 //! tightest gap left between the already placed values it *conflicts* with, or above them all.
+//! Three more greedy orders compete with it, and where none reaches the lower bound (the most
+//! bytes live at one step) a bounded search over placement orders goes on (`place.rs`): a plan is
+//! never larger than greedy by size, and the same graph always gets the same plan.
 //! Two modes decide what conflicts:
 //! - [`Mode::Sequential`]: lifetimes are intervals of one fixed order (the run follows it on one
 //!   thread); two values conflict when their intervals overlap.
@@ -34,6 +37,8 @@
 //! let offset = |n| plan.offset(graph.value_index(ValueRef::new(n, 0)).unwrap());
 //! assert_eq!((plan.arena_bytes(), offset(a), offset(c)), (2048, Some(0), Some(0)));
 //! ```
+
+mod place;
 
 use std::sync::Arc;
 
@@ -179,7 +184,17 @@ impl Plan {
                 (start, m.iter().map(|&i| lifetimes[i].1).max().unwrap_or(0))
             })
             .collect();
-        let offsets_by_group = place(graph, &values, &groups, &spans, &conflicts);
+        let bytes: Vec<u64> = groups
+            .iter()
+            .map(|m| m.iter().map(|&i| aligned(size(graph, values[i]))).max().unwrap_or(0))
+            .collect();
+        // Groups whose spans along the order do not overlap conflict in no mode (an overlap in
+        // a topological order is one in the partial order too): the cheap test first.
+        let overlap = |a: usize, b: usize| spans[a].0 <= spans[b].1 && spans[b].0 <= spans[a].1;
+        let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
+        let maybe = |a: usize, b: usize| reach.is_some() || overlap(a, b);
+        let bound = place::lower_bound(&bytes, &spans);
+        let offsets_by_group = place::place(&place::Groups::new(bytes, &maybe, &clash), &spans, bound);
         let mut offsets = vec![None; graph.value_count()];
         let mut arena_bytes = 0u64;
         for (g, members) in groups.iter().enumerate() {
@@ -330,84 +345,6 @@ fn size(graph: &Graph, v: u32) -> u64 {
 
 fn aligned(bytes: u64) -> u64 {
     bytes.next_multiple_of(PLAN_ALIGNMENT as u64)
-}
-
-/// The best of a few greedy placements: groups taken in one order each, each placed at the
-/// lowest-waste gap among the groups already placed that it conflicts with (a member of one
-/// conflicts with a member of the other). Greedy by size (largest first, as TFLite) is the
-/// first and wins ties, so the result is never worse than it; the others take the longest-lived
-/// first, the largest in bytes × lifetime first, or the earliest first. `spans` are the groups'
-/// lifetimes along the plan's order. Returns each group's offset.
-fn place(
-    graph: &Graph,
-    values: &[u32],
-    groups: &[Vec<usize>],
-    spans: &[(u32, u32)],
-    conflicts: &dyn Fn(usize, usize) -> bool,
-) -> Vec<u64> {
-    let bytes: Vec<u64> = groups
-        .iter()
-        .map(|m| m.iter().map(|&i| aligned(size(graph, values[i]))).max().unwrap_or(0))
-        .collect();
-    let life = |g: usize| u64::from(spans[g].1.saturating_sub(spans[g].0)) + 1;
-    let by = |key: &dyn Fn(usize) -> (u64, u64)| {
-        let mut order: Vec<usize> = (0..groups.len()).collect();
-        order.sort_by_key(|&g| (key(g), groups[g][0]));
-        order
-    };
-    let orders = [
-        by(&|g| (u64::MAX - bytes[g], 0)),
-        by(&|g| (u64::MAX - life(g), u64::MAX - bytes[g])),
-        by(&|g| (u64::MAX - bytes[g].saturating_mul(life(g)), 0)),
-        by(&|g| (u64::from(spans[g].0), u64::MAX - bytes[g])),
-    ];
-    let mut best: Option<(u64, Vec<u64>)> = None;
-    for order in &orders {
-        let offsets = place_in_order(groups, &bytes, order, conflicts);
-        let arena = (0..groups.len()).map(|g| offsets[g] + bytes[g]).max().unwrap_or(0);
-        match &best {
-            Some((b, _)) if *b <= arena => {}
-            _ => best = Some((arena, offsets)),
-        }
-    }
-    best.map(|(_, offsets)| offsets).unwrap_or_default()
-}
-
-/// Places groups in `order`, each at the lowest-waste gap among the groups already placed that
-/// it conflicts with.
-fn place_in_order(
-    groups: &[Vec<usize>],
-    bytes: &[u64],
-    order: &[usize],
-    conflicts: &dyn Fn(usize, usize) -> bool,
-) -> Vec<u64> {
-    let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
-    let mut offset = vec![0u64; groups.len()];
-    let mut placed: Vec<usize> = Vec::new();
-    let mut taken: Vec<(u64, u64)> = Vec::new();
-    for &i in order {
-        let need = bytes[i];
-        taken.clear();
-        taken.extend(
-            placed
-                .iter()
-                .filter(|&&j| clash(i, j))
-                .map(|&j| (offset[j], offset[j] + bytes[j])),
-        );
-        taken.sort_unstable();
-        let (mut best, mut best_waste) = (None, u64::MAX);
-        let mut cursor = 0u64;
-        for &(s, e) in &taken {
-            if s >= cursor + need && s - cursor - need < best_waste {
-                best = Some(cursor);
-                best_waste = s - cursor - need;
-            }
-            cursor = cursor.max(e);
-        }
-        offset[i] = best.unwrap_or(cursor);
-        placed.push(i);
-    }
-    offset
 }
 
 /// Whether value `x`'s whole life ends before value `y` is produced, whatever the order.
