@@ -233,13 +233,18 @@ fn a_dynamic_output_cannot_pass_the_memory_limit() {
 
 #[test]
 fn acquires_count_blocks_taken_from_the_pool() {
-    let graph = chain(6, 4096);
+    // Small values (below 1 KiB) go through the run's per-thread cache.
+    let graph = chain(6, 512);
     let pool = Arc::new(Pool::default());
     let dynamic = run(&graph, &pool, &RunOptions::default()).unwrap();
     // Six values, two live at a time: the run's cache recycles the blocks of values gone, so it
     // takes fewer blocks than values from the pool, and at least the two live at once.
     let acquires = dynamic.stats().acquires;
     assert!((2..6).contains(&acquires), "{acquires} blocks for a chain of 6");
+    // Large ones each take a block of the pool, where the graph's hints place them: six.
+    let large = chain(6, 4096);
+    let r = run(&large, &pool, &RunOptions::default()).unwrap();
+    assert_eq!(r.stats().acquires, 6, "one block per large value");
     let plan = Plan::new(&graph, Mode::Sequential(Order::Topological)).unwrap();
     let before = pool.stats().acquires;
     let planned = run(

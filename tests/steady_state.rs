@@ -75,10 +75,21 @@ fn allocations_of_a_steady_run(graph: &Arc<Graph>, options: &RunOptions<'_>, war
     for _ in 0..warm {
         drop(graphsched::run(graph, &pool, options).unwrap());
     }
-    let before = ALLOCS.load(Ordering::Relaxed);
-    let result = graphsched::run(graph, &pool, options).unwrap();
-    drop(result);
-    ALLOCS.load(Ordering::Relaxed) - before
+    fewest_allocations(|| drop(graphsched::run(graph, &pool, options).unwrap()))
+}
+
+/// The fewest heap allocations `f` made in three calls. The count is process-wide, and the test
+/// harness's own thread allocates when a test ends, which may fall inside the next test's
+/// measurement: an allocation of the run itself shows in every call.
+fn fewest_allocations(mut f: impl FnMut()) -> u64 {
+    (0..3)
+        .map(|_| {
+            let before = ALLOCS.load(Ordering::Relaxed);
+            f();
+            ALLOCS.load(Ordering::Relaxed) - before
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 #[test]
@@ -176,11 +187,11 @@ fn a_steady_run_through_the_c_api_allocates_nothing() {
                 for _ in 0..3 {
                     run_once();
                 }
-                let before = ALLOCS.load(Ordering::Relaxed);
-                for _ in 0..5 {
-                    run_once();
-                }
-                let n = ALLOCS.load(Ordering::Relaxed) - before;
+                let n = fewest_allocations(|| {
+                    for _ in 0..5 {
+                        run_once();
+                    }
+                });
                 assert_eq!(
                     n, 0,
                     "{nodes} nodes, executor {with_executor}: {n} allocations in 5 steady runs"

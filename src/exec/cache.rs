@@ -122,7 +122,9 @@ impl RunState<'_> {
             return true;
         }
         match self.cache(slot_of_thread) {
-            Some(cache) if bytes <= CACHE_MAX_BYTES => {
+            // A value with a hint goes back to the pool: its bytes are where the hints of later
+            // values need room (see `hints.rs`).
+            Some(cache) if bytes <= CACHE_MAX_BYTES && self.hint(v).is_none() => {
                 // Parked until a node of this thread takes it: a kernel that kept a pointer to
                 // the value and reads it now is reported by the checkers.
                 sanitize::hide(buffer.ptr.cast(), bytes);

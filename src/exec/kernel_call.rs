@@ -136,7 +136,7 @@ impl RunState<'_> {
         let first = step.first;
         // SAFETY: this thread executes the node whose outputs these are.
         let outputs = unsafe { self.output_slots(step.values()) };
-        let plain = step.plain && self.plain_run;
+        let plain = step.plain && self.plain_run && !(step.hinted && self.hints.is_some());
         let placed = match self.cache(scratch.slot) {
             Some(cache) if plain => self.place_plain(node, first, outputs, &mut scratch.acquires, cache),
             _ => self.place_outputs(node, first, outputs, scratch),
@@ -222,7 +222,10 @@ impl RunState<'_> {
                         Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n),
                         false,
                     )
-                } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES) {
+                } else if let Some(cache) = cache
+                    .as_deref_mut()
+                    .filter(|_| n <= CACHE_MAX_BYTES && self.hint(v).is_none())
+                {
                     let buffer = match self.take_cached(cache, n) {
                         Ok((buffer, refills)) => {
                             scratch.acquires += refills;
@@ -237,7 +240,10 @@ impl RunState<'_> {
                         cache.settle(self.pool);
                     }
                     let until = g.release_tick(v).map_or(NEVER, u64::from);
-                    match self.pool.acquire_until(n, g.zero_output(node), until, Owner::Run) {
+                    match self
+                        .pool
+                        .acquire_at(n, g.zero_output(node), until, Owner::Run, self.hint(v))
+                    {
                         Ok(p) => {
                             scratch.acquires += 1;
                             (Buffer::new(p.as_ptr().cast(), n), true)

@@ -38,11 +38,13 @@
 //! let stats = result.stats(); // l's and r's values stay live while sum runs: 12 bytes
 //! assert_eq!((stats.nodes_run, stats.threads, stats.peak_live_bytes), (3, 2, 12));
 //! ```
+mod bind;
 mod cache;
 mod executor;
 #[doc(hidden)]
 pub mod fault;
 mod gate;
+mod hints;
 mod kernel_call;
 mod padded;
 mod queues;

@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
+use super::hints::{HintCache, HINT_MIN_BYTES};
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
 use crate::sched::Priorities;
@@ -64,6 +65,8 @@ struct Bin {
     initial_refs: Box<[u32]>,
     /// Per node: what executing it needs, in one record.
     steps: Box<[Step]>,
+    /// Where runs ask the pool for their large blocks (made at the first run that needs them).
+    hints: HintCache,
     arrays: Spares<RunArrays>,
     outputs: Spares<OutputList>,
 }
@@ -96,6 +99,9 @@ pub(super) struct Step {
     pub plain: bool,
     /// One of its outputs has no reader and is no graph output: it goes as the node ends.
     pub unread: bool,
+    /// One of its outputs is large enough for a hint (`Hints`): the short path, which takes
+    /// every block from the thread's cache, is not for it in a run with hints.
+    pub hinted: bool,
 }
 
 impl Step {
@@ -111,6 +117,11 @@ impl Step {
 /// Per node: what executing it needs (see [`Step`]).
 pub(super) fn steps(graph: &Graph) -> &[Step] {
     &bin(graph).steps
+}
+
+/// The graph's cache of [`Hints`](super::hints::Hints).
+pub(super) fn hint_cache(graph: &Graph) -> &HintCache {
+    &bin(graph).hints
 }
 
 /// Per value: readers, plus one for a graph output (what a run's reference counts start from).
@@ -136,6 +147,9 @@ fn bin(graph: &Graph) -> &Bin {
             unread: values
                 .clone()
                 .any(|v| graph.consumers(v) == 0 && !graph.is_graph_output(v)),
+            hinted: values
+                .clone()
+                .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),
         }
     };
     graph.annex(Annex::Runs, || Bin {
@@ -143,6 +157,7 @@ fn bin(graph: &Graph) -> &Bin {
             .map(|v| graph.consumers(v) + graph.is_graph_output(v) as u32)
             .collect(),
         steps: (0..graph.node_count() as u32).map(step).collect(),
+        hints: HintCache::default(),
         arrays: Spares(Mutex::new(Vec::new())),
         outputs: Spares(Mutex::new(Vec::new())),
     })

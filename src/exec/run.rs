@@ -277,6 +277,12 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
     let prio = graph.priorities();
+    // Large values go where a placement of the graph's lifetimes puts them, from free space
+    // the pool has now (`hints.rs`); a caller's plan places them itself.
+    let hint_base = match options.plan {
+        None => super::hints::hints(graph, options.executor.is_some()).and_then(|h| pool.room_for(h.bytes as usize)),
+        Some(_) => None,
+    };
     let threads = options.executor.map_or(1, Executor::threads);
     let mut state = RunState::new(
         graph,
@@ -293,6 +299,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             plan: options.plan,
             cancel: options.cancel,
             deadline: options.deadline,
+            hint_base,
         },
     );
     state.bind(options.inputs)?;

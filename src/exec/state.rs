@@ -12,8 +12,9 @@
 //!   exactly once: when nothing of the run is queued or running any more. After that decrement the
 //!   task touches nothing of the run, and the caller may drop it.
 //!
-//! The run's parts live beside it: memory admission (`gate.rs`), the window (`window.rs`), one
-//! node's kernel call (`kernel_call.rs`), the per-thread block caches (`cache.rs`).
+//! The run's parts live beside it: binding its inputs (`bind.rs`), memory admission
+//! (`gate.rs`), the window (`window.rs`), one node's kernel call (`kernel_call.rs`), the
+//! per-thread block caches (`cache.rs`), where its large values go in the pool (`hints.rs`).
 
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -23,9 +24,10 @@ use std::time::Instant;
 
 use super::cache::{release, BlockCache};
 use super::gate::{Gate, GateInner};
+use super::hints::{Hints, NO_HINT};
 use super::padded::CachePadded;
 use super::recycle::{RunArrays, Step};
-use super::run::{CancelToken, InputBinding};
+use super::run::CancelToken;
 use super::scratch::Scratch;
 use super::window::Window;
 use crate::error::{err, Error, ErrorKind, Result};
@@ -35,7 +37,7 @@ pub(super) use crate::kernel::Slot;
 use crate::plan::Plan;
 use crate::pool::{Owner, Pool, NEVER};
 use crate::sched::{Admission, Policy, Priorities};
-use crate::tensor::{Tensor, ALIGNMENT};
+use crate::tensor::Tensor;
 use crate::trace::NodeEvent;
 
 /// What a traced run records.
@@ -62,6 +64,8 @@ pub(super) struct StateOptions<'r> {
     pub plan: Option<&'r Plan>,
     pub cancel: Option<&'r CancelToken>,
     pub deadline: Option<Instant>,
+    /// Where the pool's free space for the graph's hinted blocks starts (`hints.rs`).
+    pub hint_base: Option<usize>,
 }
 
 pub(super) struct RunState<'r> {
@@ -115,6 +119,9 @@ pub(super) struct RunState<'r> {
     pub(super) steps: &'r [Step],
     /// Per value: what its count in `refs` starts from.
     pub(super) initial_refs: &'r [u32],
+    /// Where this run asks the pool for its large values' blocks (`hints.rs`), if
+    /// anywhere: the hints and the address their offsets count from.
+    pub(super) hints: Option<(&'r Hints, usize)>,
     /// Plain nodes take the short path (`place_plain`): not with a plan, which places values
     /// itself.
     pub(super) plain_run: bool,
@@ -163,6 +170,7 @@ impl<'r> RunState<'r> {
             plan,
             cancel,
             deadline,
+            hint_base,
         } = options;
         // Under a limit admission needs the pool's own count exact at every moment, and red
         // zones are checked block by block: no caches. A sequential run has one, whose parked
@@ -209,6 +217,7 @@ impl<'r> RunState<'r> {
             steps: super::recycle::steps(graph),
             initial_refs: super::recycle::initial_refs(graph),
             plain_run: plan.is_none(),
+            hints: hint_base.and_then(|base| Some((super::hints::hints(graph, parallel)?, base))),
             plan,
             cancel,
             deadline,
@@ -248,6 +257,15 @@ impl<'r> RunState<'r> {
         !self.arena.ptr.is_null() && p >= start && p < start + self.arena.capacity
     }
 
+    /// Where the pool should put value `v`'s block, if the run has a hint for it.
+    pub(super) fn hint(&self, v: u32) -> Option<usize> {
+        let (hints, base) = self.hints?;
+        match hints.offsets[v as usize] {
+            NO_HINT => None,
+            offset => Some(base + offset as usize),
+        }
+    }
+
     /// Returns a buffer to the pool, unless it lives in the plan's arena.
     pub(super) fn give_back(&self, b: Buffer) {
         if !self.in_arena(b) {
@@ -277,78 +295,6 @@ impl<'r> RunState<'r> {
     /// [`Priorities::continuation`]).
     pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
         self.prio.continuation(self.policy, node, ready)
-    }
-
-    /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
-    pub fn bind(&mut self, bindings: &[InputBinding<'_>]) -> Result<()> {
-        let g = self.graph;
-        // A slot starts empty (see `recycle.rs`) and a binding fills it with a non-NULL pointer:
-        // a filled one was bound by an earlier binding.
-        let bound = |slots: &mut [UnsafeCell<Slot>], v: u32| !slots[v as usize].get_mut().tensor.data.is_null();
-        for (i, b) in bindings.iter().enumerate() {
-            let (value, tensor) = (b.value(), *b.tensor());
-            let node = value.node;
-            if node as usize >= g.node_count() || !g.is_graph_input(node) || value.output != 0 {
-                let what = match node as usize >= g.node_count() {
-                    true => format!("value ({node}, {}), which does not exist", value.output),
-                    false => format!(
-                        "output {} of node '{}', which is not a graph input",
-                        value.output,
-                        g.node_name(node)
-                    ),
-                };
-                return err(ErrorKind::InputBinding, format!("input binding {i} names {what}"));
-            }
-            let name = g.node_name(node);
-            let v = g.node_values(node).start;
-            if bound(&mut self.slots, v) {
-                let first = bindings.iter().position(|b| b.value() == value).unwrap_or(i);
-                return err(
-                    ErrorKind::InputBinding,
-                    format!("graph input '{name}' is bound twice (bindings {first} and {i})"),
-                );
-            }
-            let declared = g.value_size(v).bytes().expect("graph inputs have a static size");
-            if tensor.nbytes != declared {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "graph input '{name}' is declared as {declared} bytes but bound to {} bytes",
-                        tensor.nbytes
-                    ),
-                );
-            }
-            if tensor.data.is_null() {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!("graph input '{name}' is bound to a NULL pointer"),
-                );
-            }
-            if tensor.data as usize % ALIGNMENT != 0 {
-                return err(
-                    ErrorKind::InputBinding,
-                    format!(
-                        "graph input '{name}' is bound to {:p}, which is not {ALIGNMENT}-byte aligned",
-                        tensor.data
-                    ),
-                );
-            }
-            *self.slots[v as usize].get_mut() = Slot {
-                tensor,
-                buffer: Buffer::NONE,
-            };
-        }
-        if let Some(&node) = g
-            .graph_inputs()
-            .iter()
-            .find(|&&n| !bound(&mut self.slots, g.node_values(n).start))
-        {
-            return err(
-                ErrorKind::InputBinding,
-                format!("graph input '{}' (node {node}) is not bound", g.node_name(node)),
-            );
-        }
-        Ok(())
     }
 
     pub fn failed(&self) -> bool {

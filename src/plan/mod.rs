@@ -194,7 +194,12 @@ impl Plan {
         let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
         let maybe = |a: usize, b: usize| reach.is_some() || overlap(a, b);
         let bound = place::lower_bound(&bytes, &spans);
-        let offsets_by_group = place::place(&place::Groups::new(bytes, &maybe, &clash), &spans, bound);
+        let offsets_by_group = place::place(
+            &place::Groups::new(bytes, &maybe, &clash),
+            &spans,
+            bound,
+            place::SEARCH_WORK,
+        );
         let mut offsets = vec![None; graph.value_count()];
         let mut arena_bytes = 0u64;
         for (g, members) in groups.iter().enumerate() {
@@ -345,6 +350,47 @@ fn size(graph: &Graph, v: u32) -> u64 {
 
 fn aligned(bytes: u64) -> u64 {
     bytes.next_multiple_of(PLAN_ALIGNMENT as u64)
+}
+
+/// Offsets for blocks of `bytes` live over `spans` (inclusive steps of one order), no two that
+/// are live at once sharing a byte, and the bytes they need: the placement of sequential plans
+/// (greedy orders, then up to `search_work` of search; see `place.rs`), for callers that place
+/// blocks of their own.
+pub(crate) fn place_intervals(bytes: Vec<u64>, spans: &[(u32, u32)], search_work: usize) -> (Vec<u64>, u64) {
+    let bound = place::lower_bound(&bytes, spans);
+    let groups = place::Groups::of_intervals(bytes, spans);
+    let offsets = place::place(&groups, spans, bound, search_work);
+    let arena = (0..offsets.len())
+        .map(|g| offsets[g] + groups.bytes[g])
+        .max()
+        .unwrap_or(0);
+    (offsets, arena)
+}
+
+/// Offsets for `values` (statically sized, of `bytes` each), no two that may be live at once in
+/// any order an executor picks sharing a byte (the parallel-safe rule), and the bytes they need;
+/// `None` past [`MAX_PARALLEL_SAFE_NODES`] nodes. For callers that place blocks of their own.
+pub(crate) fn place_parallel_safe(
+    graph: &Graph,
+    values: &[u32],
+    bytes: Vec<u64>,
+    search_work: usize,
+) -> Option<(Vec<u64>, u64)> {
+    if graph.node_count() > MAX_PARALLEL_SAFE_NODES {
+        return None;
+    }
+    let reach = Ancestors::of_graph(graph);
+    let position = graph.topological_positions();
+    let spans: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, position, v)).collect();
+    let clash = |a: usize, b: usize| !disjoint(&reach, graph, values[a], values[b]);
+    let bound = place::lower_bound(&bytes, &spans);
+    let groups = place::Groups::new(bytes, &|_, _| true, &clash);
+    let offsets = place::place(&groups, &spans, bound, search_work);
+    let arena = (0..offsets.len())
+        .map(|g| offsets[g] + groups.bytes[g])
+        .max()
+        .unwrap_or(0);
+    Some((offsets, arena))
 }
 
 /// Whether value `x`'s whole life ends before value `y` is produced, whatever the order.

@@ -10,15 +10,20 @@
 //! 2. if the best is above the lower bound, a search over orders: take the group whose block
 //!    reaches the arena's top and move it earlier in the order (it was placed too late to find a
 //!    low gap), place again, keep the best. Randomized with a fixed seed, so a graph always gets
-//!    the same plan; it stops at the bound or after a number of placements that keeps planning
-//!    about 100 ms for 1,000 nodes at most.
+//!    the same plan; it stops at the bound, after a run of placements that find nothing better,
+//!    or after a number of placements that keeps planning about 100 ms for 1,000 nodes at most.
 //!
 //! Conflicts are computed once, as lists per group, so a placement costs the sum of the lists,
 //! not the square of the group count.
 
 /// Work the search may do, in groups and conflict-list entries visited (a placement visits every
 /// group and every list): so the number of placements shrinks as the graph grows.
-const SEARCH_WORK: usize = 10_000_000;
+pub(super) const SEARCH_WORK: usize = 10_000_000;
+
+/// The search also stops after this many placements in a row without a better arena: most of
+/// what it finds, it finds early, and a bound out of reach (parallel-safe plans rarely reach the
+/// sequential one) would otherwise cost the whole budget every time.
+const PATIENCE: usize = 300;
 
 /// What a placement works on: per group its bytes (aligned) and the groups it conflicts with.
 pub(super) struct Groups {
@@ -44,6 +49,26 @@ impl Groups {
                     conflicts[b].push(a);
                 }
             }
+        }
+        Groups { bytes, conflicts }
+    }
+
+    /// Groups of these `bytes` live over `spans` (inclusive steps of one order): two conflict
+    /// when their spans overlap. A sweep over the spans finds the pairs, so a long graph costs
+    /// its conflicts, not the square of its values.
+    pub fn of_intervals(bytes: Vec<u64>, spans: &[(u32, u32)]) -> Groups {
+        let n = bytes.len();
+        let mut by_start: Vec<usize> = (0..n).collect();
+        by_start.sort_unstable_by_key(|&g| spans[g].0);
+        let mut conflicts = vec![Vec::new(); n];
+        let mut active: Vec<usize> = Vec::new();
+        for g in by_start {
+            active.retain(|&a| spans[a].1 >= spans[g].0);
+            for &a in &active {
+                conflicts[a].push(g);
+                conflicts[g].push(a);
+            }
+            active.push(g);
         }
         Groups { bytes, conflicts }
     }
@@ -81,9 +106,9 @@ impl Groups {
 }
 
 /// Offsets for `groups`, their lifetimes along the plan's order being `spans` (for the greedy
-/// orders), no arena above `bound` being possible: the best of the greedy orders, then of the
-/// search if they are above `bound`.
-pub(super) fn place(groups: &Groups, spans: &[(u32, u32)], bound: u64) -> Vec<u64> {
+/// orders), no arena below `bound` being possible: the best of the greedy orders, then of the
+/// search, with up to `search_work` of work (see [`SEARCH_WORK`]), if they are above `bound`.
+pub(super) fn place(groups: &Groups, spans: &[(u32, u32)], bound: u64, search_work: usize) -> Vec<u64> {
     let n = groups.bytes.len();
     let bytes = &groups.bytes;
     let life = |g: usize| u64::from(spans[g].1.saturating_sub(spans[g].0)) + 1;
@@ -117,10 +142,12 @@ pub(super) fn place(groups: &Groups, spans: &[(u32, u32)], bound: u64) -> Vec<u6
     offset.copy_from_slice(&best_offsets);
     let mut position = vec![0usize; n];
     let work = n + groups.conflicts.iter().map(Vec::len).sum::<usize>();
-    for _ in 0..SEARCH_WORK / work.max(1) {
-        if best_arena <= bound {
+    let mut since_better = 0;
+    for _ in 0..search_work / work.max(1) {
+        if best_arena <= bound || since_better == PATIENCE {
             break;
         }
+        since_better += 1;
         // The groups whose blocks end at the top: one of them moves.
         for (p, &g) in order.iter().enumerate() {
             position[g] = p;
@@ -140,6 +167,7 @@ pub(super) fn place(groups: &Groups, spans: &[(u32, u32)], bound: u64) -> Vec<u6
         if arena < best_arena {
             best_arena = arena;
             best_offsets.copy_from_slice(&offset);
+            since_better = 0;
         }
     }
     best_offsets
@@ -148,10 +176,11 @@ pub(super) fn place(groups: &Groups, spans: &[(u32, u32)], bound: u64) -> Vec<u6
 /// The most bytes live at once along the plan's order: no placement does better. Groups are
 /// live over their `spans` (inclusive).
 pub(super) fn lower_bound(bytes: &[u64], spans: &[(u32, u32)]) -> u64 {
-    let mut events: Vec<(u32, bool, u64)> = Vec::with_capacity(2 * bytes.len());
+    // Steps as u64: a graph output lives to the end, `u32::MAX`.
+    let mut events: Vec<(u64, bool, u64)> = Vec::with_capacity(2 * bytes.len());
     for (g, &(start, end)) in spans.iter().enumerate() {
-        events.push((start, false, bytes[g]));
-        events.push((end + 1, true, bytes[g]));
+        events.push((u64::from(start), false, bytes[g]));
+        events.push((u64::from(end) + 1, true, bytes[g]));
     }
     // A group live over [s, e] leaves at e + 1, before any group that arrives at e + 1.
     events.sort_unstable_by_key(|&(at, ends, _)| (at, !ends));
@@ -190,6 +219,20 @@ mod tests {
         assert_eq!(lower_bound(&[10, 20, 5], &[(0, 1), (1, 2), (3, 3)]), 30);
         // Back to back, never together: the largest.
         assert_eq!(lower_bound(&[10, 20], &[(0, 0), (1, 1)]), 20);
+        // A graph output lives to the end of the order.
+        assert_eq!(lower_bound(&[10, 20, 5], &[(0, u32::MAX), (1, 2), (3, u32::MAX)]), 30);
+    }
+
+    #[test]
+    fn the_sweep_finds_the_same_conflicts_as_every_pair() {
+        let spans: Vec<(u32, u32)> = (0..60u32).map(|i| (i * 7 % 23, i * 7 % 23 + i % 5)).collect();
+        let overlap = |a: usize, b: usize| spans[a].0 <= spans[b].1 && spans[b].0 <= spans[a].1;
+        let mut swept = Groups::of_intervals(vec![1; 60], &spans).conflicts;
+        let mut paired = Groups::new(vec![1; 60], &|_, _| true, &overlap).conflicts;
+        for list in swept.iter_mut().chain(paired.iter_mut()) {
+            list.sort_unstable();
+        }
+        assert_eq!(swept, paired);
     }
 
     #[test]
@@ -202,7 +245,7 @@ mod tests {
         let groups = Groups::new(bytes.clone(), &|_, _| true, &overlap);
         let bound = lower_bound(&bytes, &spans);
         assert_eq!(bound, 3);
-        let offsets = place(&groups, &spans, bound);
+        let offsets = place(&groups, &spans, bound, SEARCH_WORK);
         let arena = (0..5).map(|g| offsets[g] + bytes[g]).max().unwrap();
         assert_eq!(arena, bound, "offsets {offsets:?}");
         for a in 0..5 {

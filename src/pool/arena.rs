@@ -110,13 +110,21 @@ impl Arena {
             Some(b) => b,
             None => self.map_region(n)?,
         };
-        let region = self.take_free(addr, size);
+        let region = self.free[&addr].region;
         let is_tail = addr + size == self.region(region).end();
         let at = if size == n || is_tail || self.right_tick(addr + size, tick_of) <= self.left_tick(addr, tick_of) {
             addr
         } else {
             addr + size - n // the right neighbour lives longer: sit against it
         };
+        self.carve(addr, size, at, n);
+        Ok(at)
+    }
+
+    /// Takes the `n` bytes at `at` out of free block `[addr, addr + size)` as a used block; what
+    /// is left on either side stays free.
+    fn carve(&mut self, addr: usize, size: usize, at: usize, n: usize) {
+        let region = self.take_free(addr, size);
         if at > addr {
             self.put_free(addr, at - addr, region);
         }
@@ -129,7 +137,41 @@ impl Arena {
             .as_mut()
             .expect("blocks refer to live regions")
             .carve(at, at + n);
-        Ok(at)
+    }
+
+    /// Places `nbytes` (rounded to the grain) exactly at `at` (a multiple of the grain) if those
+    /// bytes are free, coalescing the blocks waiting in the recent lists first if they are not;
+    /// `None` if some are in use. For callers that know where a block fits best (a run placing
+    /// its values by a plan of the graph's lifetimes).
+    pub fn alloc_at(&mut self, at: usize, nbytes: usize) -> Option<usize> {
+        let n = Self::block_size(nbytes)?;
+        if at % GRAIN != 0 {
+            return None;
+        }
+        let holding = |arena: &Self| {
+            let (&addr, f) = arena.free.range(..=at).next_back()?;
+            (addr + f.size >= at + n).then_some((addr, f.size))
+        };
+        let (addr, size) = match holding(self) {
+            Some(b) => b,
+            None => {
+                self.settle();
+                holding(self)?
+            }
+        };
+        self.carve(addr, size, at, n);
+        Some(at)
+    }
+
+    /// Where `nbytes` of free space start, as `alloc` would choose them (the smallest free block
+    /// that holds them, a region's tail last, a new region if none does), without taking them.
+    pub fn room_for(&mut self, nbytes: usize) -> Result<usize> {
+        let n = Self::block_size(nbytes).expect("checked by the pool");
+        self.settle();
+        match self.best_fit(n) {
+            Some((addr, _)) => Ok(addr),
+            None => Ok(self.map_region(n)?.0),
+        }
     }
 
     /// Takes back a block of `nbytes` from `alloc`, into the recent list of its size.
@@ -385,6 +427,28 @@ mod tests {
         assert_eq!(p, x);
         assert!(q > p && q < y + 100_000);
         assert_eq!(a.os.allocs, allocs, "reused memory needs no commit");
+        a.check_invariants();
+    }
+
+    #[test]
+    fn a_block_goes_where_it_is_asked_if_those_bytes_are_free() {
+        let mut a = Arena::new(1 << 20);
+        let base = a.room_for(300_000).unwrap();
+        // Out of order and leaving gaps, as a placement of lifetimes does.
+        let second = a.alloc_at(base + 100_032, 50_000).unwrap();
+        let first = a.alloc_at(base, 100_000).unwrap();
+        assert_eq!((first, second), (base, base + 100_032));
+        a.check_invariants();
+        // Taken bytes, or an address off the grain: no.
+        assert_eq!(a.alloc_at(base + 64, 1000), None);
+        assert_eq!(a.alloc_at(base + 100_032 + 10, 64), None);
+        // A released block waits in its recent list; a request at its place coalesces it first.
+        a.release(first, 100_000);
+        assert_eq!(a.alloc_at(base + 4096, 8192), Some(base + 4096));
+        a.check_invariants();
+        // Best fit still works around them, and no free byte was lost.
+        let other = a.alloc(200_000, &unknown).unwrap();
+        assert!(other >= base + 150_016 || other + 200_000 <= base);
         a.check_invariants();
     }
 

@@ -70,6 +70,9 @@ pub(super) struct Request {
     /// When it will be released, on the caller's clock ([`NEVER`] if unknown).
     pub release_tick: u64,
     pub owner: Owner,
+    /// Where the caller would like a large block (see `Pool::room_for`): there if those bytes
+    /// are free, else best fit.
+    pub at: Option<usize>,
 }
 
 pub(super) struct State {
@@ -145,6 +148,7 @@ impl State {
             requested: 0,
             release_tick: NEVER,
             owner: Owner::Heap,
+            at: None,
         };
         self.take(request, large_threshold)
     }
@@ -164,6 +168,7 @@ impl State {
             requested,
             release_tick,
             owner,
+            at,
         } = request;
         if (nbytes as u64) < large_threshold {
             return Ok(self.slabs.alloc(&mut self.small, nbytes, owner)?.0);
@@ -171,7 +176,10 @@ impl State {
         // A block of the arena that is not live waits in a recent list: released already.
         let live = &self.live;
         let tick_of = |addr: usize| live.get(&addr).map_or(0, |l| l.release_tick);
-        let addr = self.large.alloc(nbytes, &tick_of)?;
+        let addr = match at.and_then(|at| self.large.alloc_at(at, nbytes)) {
+            Some(addr) => addr,
+            None => self.large.alloc(nbytes, &tick_of)?,
+        };
         let block = Live {
             nbytes,
             requested,

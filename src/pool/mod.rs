@@ -181,6 +181,20 @@ impl Pool {
         release_tick: u64,
         owner: Owner,
     ) -> Result<NonNull<u8>> {
+        self.acquire_at(nbytes, zero, release_tick, owner, None)
+    }
+
+    /// Like [`acquire_until`](Self::acquire_until), at address `at` if the block is large and
+    /// those bytes are free (see [`room_for`](Self::room_for)), else wherever `acquire_until`
+    /// would place it.
+    pub(crate) fn acquire_at(
+        &self,
+        nbytes: usize,
+        zero: bool,
+        release_tick: u64,
+        owner: Owner,
+        at: Option<usize>,
+    ) -> Result<NonNull<u8>> {
         Self::check_request(nbytes)?;
         let inner = nbytes + self.guard_bytes() * 2;
         let threshold = self.config.large_threshold_bytes;
@@ -192,6 +206,7 @@ impl Pool {
                 requested: nbytes,
                 release_tick,
                 owner,
+                at,
             };
             let addr = st.acquire(request, threshold)?;
             self.raise_peak(st.stats.live_bytes, elsewhere);
@@ -217,6 +232,19 @@ impl Pool {
         if now > self.published.peak_live.load(Ordering::Relaxed) {
             self.published.peak_live.fetch_max(now, Ordering::Relaxed);
         }
+    }
+
+    /// Where `nbytes` of free large-block space start now, as a large acquire would choose them,
+    /// without taking them: a caller that knows how its blocks' lifetimes fit together (a run
+    /// with a plan of its graph's values) asks for each block at its offset from there
+    /// ([`acquire_at`](Self::acquire_at)). `None` with red zones (blocks then carry guards) or
+    /// if no space can be had.
+    pub(crate) fn room_for(&self, nbytes: usize) -> Option<usize> {
+        if self.config.red_zones != 0 || nbytes == 0 {
+            return None;
+        }
+        Self::check_request(nbytes).ok()?;
+        self.lock().large.room_for(nbytes).ok()
     }
 
     /// A sequential run's cache settling with the pool (no lock): since it last did, it handed
@@ -264,6 +292,7 @@ impl Pool {
                 requested: nbytes,
                 release_tick: NEVER,
                 owner,
+                at: None,
             };
             let addr = match st.acquire(request, self.config.large_threshold_bytes) {
                 Ok(addr) => addr,

@@ -7,11 +7,10 @@
 //! `cargo bench -p graphsched-workloads --bench memory -- --seeds 0..200` to look while choosing,
 //! `-- --seeds 1000..1200` (the default) to report. `--plans-only` skips the runs.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use graphsched::plan::{Mode, Order, Plan, MAX_PARALLEL_SAFE_NODES};
-use graphsched::{run, Executor, Pool, RunOptions};
+use graphsched::Executor;
 use graphsched_workloads::corpus::inference_graph;
 use graphsched_workloads::{bundled_graphs, GraphFile, Measured, Pace};
 
@@ -29,24 +28,6 @@ struct Row {
     parallel_ms: f64,
     /// The memory-aware order's max-live bound over the file order's.
     aware_order: f64,
-}
-
-/// The pool's peak reserved bytes in a graph's third run on a fresh pool (the first two settle
-/// it), without an executor or on one.
-fn steady_peak(measured: &Measured, executor: Option<&Executor>) -> u64 {
-    let pool = Arc::new(Pool::default());
-    let bindings = measured.bindings();
-    let options = RunOptions {
-        inputs: &bindings,
-        executor,
-        ..Default::default()
-    };
-    for _ in 0..2 {
-        drop(run(&measured.graph, &pool, &options).expect("the graph runs"));
-    }
-    pool.reset_peaks();
-    drop(run(&measured.graph, &pool, &options).expect("the graph runs"));
-    pool.stats().peak_reserved_bytes
 }
 
 fn measure(file: &GraphFile, executor: &Executor, runs: bool) -> Row {
@@ -68,8 +49,8 @@ fn measure(file: &GraphFile, executor: &Executor, runs: bool) -> Row {
         bound,
         pool: match runs {
             true => [
-                ratio(steady_peak(&measured, None)),
-                ratio(steady_peak(&measured, Some(executor))),
+                ratio(measured.steady_peak_reserved(None).expect("the graph runs")),
+                ratio(measured.steady_peak_reserved(Some(executor)).expect("the graph runs")),
             ],
             false => [f64::NAN; 2],
         },

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use graphsched::{Graph, InputBinding};
+use graphsched::{run, Executor, Graph, InputBinding, Pool, RunOptions};
 
 use crate::graph_file::{GraphFile, InputBuffers};
 use crate::kernels::{checksum, Ledger};
@@ -53,5 +53,24 @@ impl Measured {
     /// Bindings of every graph input to its memory, for `RunOptions::inputs`.
     pub fn bindings(&self) -> Vec<InputBinding<'_>> {
         self.inputs.bindings()
+    }
+
+    /// The pool's peak reserved bytes in a steady run: the third on a fresh pool (the first two
+    /// settle it), without an executor or on one. What the memory figures of issue 13 compare
+    /// with the max-live bound.
+    pub fn steady_peak_reserved(&self, executor: Option<&Executor>) -> Result<u64, graphsched::Error> {
+        let pool = Arc::new(Pool::default());
+        let bindings = self.bindings();
+        let options = RunOptions {
+            inputs: &bindings,
+            executor,
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            drop(run(&self.graph, &pool, &options)?);
+        }
+        pool.reset_peaks();
+        drop(run(&self.graph, &pool, &options)?);
+        Ok(pool.stats().peak_reserved_bytes)
     }
 }

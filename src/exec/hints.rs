@@ -1,0 +1,117 @@
+//! Placement hints: where a run asks the pool for its large values' blocks.
+//!
+//! Value-by-value best fit fragments: on generated inference graphs the pool held 1.25x the
+//! max-live bound at the median and 1.5x at the 95th percentile, although every value's
+//! lifetime is known before the run starts. So each graph gets, once, a placement of its large
+//! values (`HINT_MIN_BYTES` and up) as a plan would make it, and each run asks the pool for free
+//! space of that size when it starts (`Pool::room_for`), then for each value's block at its
+//! offset from there (`Pool::acquire_at`). The pool puts a block there if those bytes are free,
+//! else wherever it would anyway: hints never make two live blocks share bytes, they only choose
+//! among free ones. Blocks still go back as their values die, and the pool's figures count them
+//! as before.
+//!
+//! - Runs without an executor follow the topological order, and their hints are a sequential
+//!   placement along it: every block lands where the placement says.
+//! - Runs on an executor follow no fixed order, so their hints follow the parallel-safe rule (two
+//!   values share bytes only if the graph orders them): whatever order the threads take, a
+//!   hinted block finds its bytes free. Where that rule costs much more than a sequential
+//!   placement (graphs with wide unordered branches, and those past the parallel-safe planner's
+//!   size limit), they take the sequential hints instead: most blocks land where those say, the
+//!   rest take the best fit.
+//!
+//! A value with a hint skips the thread's block cache, both ways: a cached block, taken from the
+//! arena in batches and kept across values, would sit where the hints need room.
+
+use std::sync::OnceLock;
+
+use crate::graph::memory::{lifetime, static_values};
+use crate::graph::Graph;
+use crate::plan::{place_intervals, place_parallel_safe};
+
+/// A graph's hints, made at the first run that needs each kind.
+#[derive(Default)]
+pub(super) struct HintCache {
+    sequential: OnceLock<Hints>,
+    parallel: OnceLock<Hints>,
+}
+
+/// Offsets for a graph's large values (see the module docs), counted from where the pool says
+/// free space starts when a run starts. Sizes are rounded up to the pool's grain, so offsets
+/// stay aligned.
+pub(super) struct Hints {
+    /// Per value: its offset, or `NO_HINT`.
+    pub offsets: Box<[u64]>,
+    /// The bytes the placement spans.
+    pub bytes: u64,
+}
+
+pub(super) const NO_HINT: u64 = u64::MAX;
+
+/// The graph's [`Hints`] for runs without an executor (`parallel` false) or on one (see the
+/// module docs); `None` if it has no large value.
+pub(super) fn hints(graph: &Graph, parallel: bool) -> Option<&Hints> {
+    let cache = super::recycle::hint_cache(graph);
+    let hints = match parallel {
+        false => cache.sequential.get_or_init(|| make_hints(graph, false)),
+        true => cache.parallel.get_or_init(|| make_hints(graph, true)),
+    };
+    (hints.bytes > 0).then_some(hints)
+}
+
+/// Places the graph's large values: along the topological order, or for runs on an executor by
+/// the parallel-safe rule where that costs little more (`PARALLEL_SAFE_SLACK`).
+fn make_hints(graph: &Graph, parallel: bool) -> Hints {
+    let hinted: Vec<u32> = static_values(graph)
+        .into_iter()
+        .filter(|&v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES))
+        .collect();
+    let bytes: Vec<u64> = hinted
+        .iter()
+        .map(|&v| graph.value_size(v).bytes().unwrap_or(0).next_multiple_of(GRAIN) as u64)
+        .collect();
+    let position = graph.topological_positions();
+    let spans: Vec<(u32, u32)> = hinted.iter().map(|&v| lifetime(graph, position, v)).collect();
+    let sequential = place_intervals(bytes.clone(), &spans, HINT_SEARCH_WORK);
+    let (placed, total) = match parallel {
+        false => sequential,
+        true if graph.node_count() <= PARALLEL_SAFE_MAX_NODES => {
+            match place_parallel_safe(graph, &hinted, bytes, HINT_SEARCH_WORK) {
+                Some(safe) if safe.1 as f64 <= sequential.1 as f64 * PARALLEL_SAFE_SLACK => safe,
+                _ => sequential,
+            }
+        }
+        true => sequential,
+    };
+    let mut offsets = vec![NO_HINT; graph.value_count()];
+    for (&v, &offset) in hinted.iter().zip(&placed) {
+        offsets[v as usize] = offset;
+    }
+    Hints {
+        offsets: offsets.into(),
+        bytes: total,
+    }
+}
+
+/// Runs on an executor take parallel-safe hints when those need at most this much more than
+/// sequential ones; past it, the sequential ones (most blocks still land where they say, the
+/// others take the best fit), since a parallel-safe placement pays for every pair of values the
+/// graph leaves unordered, even those the threads never run side by side.
+const PARALLEL_SAFE_SLACK: f64 = 1.10;
+
+/// Parallel-safe hints need the graph's reachability and every pair of large values: past
+/// this many nodes, a first run would wait too long for them (about 100 ms at 2,000 nodes), and
+/// runs on an executor take sequential hints.
+const PARALLEL_SAFE_MAX_NODES: usize = 2_000;
+
+/// The search the hints' placement may do: a tenth of a plan's, so a graph's first run waits
+/// at most about 10 ms for it.
+const HINT_SEARCH_WORK: usize = 1_000_000;
+
+/// Values from this size up get hints: the pool's default `large_threshold_bytes`, from which
+/// blocks come from its arena, where placement matters (smaller ones come from size-class
+/// slabs). A value with a hint skips the thread's block cache: a cached block, taken from the
+/// arena in batches with no lifetime, would sit where the hints need room.
+pub(super) const HINT_MIN_BYTES: usize = 1024;
+
+/// The pool's block grain (`pool::arena::GRAIN`): hinted offsets are multiples of it.
+const GRAIN: usize = 64;
