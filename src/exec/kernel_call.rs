@@ -201,6 +201,7 @@ impl RunState<'_> {
                 let OutputSize::Bytes(n) = g.value_size(v) else {
                     break 'placed Ok(Buffer::NONE);
                 };
+                let hint = self.hint(v);
                 if let Some(input) = self.take_over(node, k as u32, n) {
                     // SAFETY: the producer of `input` finished, and this node is its last reader.
                     let held = unsafe { (*self.slots[input as usize].get()).buffer };
@@ -222,10 +223,7 @@ impl RunState<'_> {
                         Buffer::new((self.arena.ptr as usize + offset as usize) as *mut c_void, n),
                         false,
                     )
-                } else if let Some(cache) = cache
-                    .as_deref_mut()
-                    .filter(|_| n <= CACHE_MAX_BYTES && self.hint(v).is_none())
-                {
+                } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES && hint.is_none()) {
                     let buffer = match self.take_cached(cache, n) {
                         Ok((buffer, refills)) => {
                             scratch.acquires += refills;
@@ -240,10 +238,7 @@ impl RunState<'_> {
                         cache.settle(self.pool);
                     }
                     let until = g.release_tick(v).map_or(NEVER, u64::from);
-                    match self
-                        .pool
-                        .acquire_at(n, g.zero_output(node), until, Owner::Run, self.hint(v))
-                    {
+                    match self.pool.acquire_at(n, g.zero_output(node), until, Owner::Run, hint) {
                         Ok(p) => {
                             scratch.acquires += 1;
                             (Buffer::new(p.as_ptr().cast(), n), true)

@@ -279,8 +279,9 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     let prio = graph.priorities();
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
-    let hint_base = match options.plan {
-        None => super::hints::hints(graph, options.executor.is_some()).and_then(|h| pool.room_for(h.bytes as usize)),
+    let hints = match options.plan {
+        None => super::hints::hints(graph, options.executor.is_some())
+            .and_then(|h| Some((h, pool.room_for(h.bytes as usize)?))),
         Some(_) => None,
     };
     let threads = options.executor.map_or(1, Executor::threads);
@@ -299,7 +300,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             plan: options.plan,
             cancel: options.cancel,
             deadline: options.deadline,
-            hint_base,
+            hints,
         },
     );
     state.bind(options.inputs)?;

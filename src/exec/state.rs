@@ -64,8 +64,8 @@ pub(super) struct StateOptions<'r> {
     pub plan: Option<&'r Plan>,
     pub cancel: Option<&'r CancelToken>,
     pub deadline: Option<Instant>,
-    /// Where the pool's free space for the graph's hinted blocks starts (`hints.rs`).
-    pub hint_base: Option<usize>,
+    /// The graph's hints and where the pool's free space for them starts (`hints.rs`).
+    pub hints: Option<(&'r Hints, usize)>,
 }
 
 pub(super) struct RunState<'r> {
@@ -170,7 +170,7 @@ impl<'r> RunState<'r> {
             plan,
             cancel,
             deadline,
-            hint_base,
+            hints,
         } = options;
         // Under a limit admission needs the pool's own count exact at every moment, and red
         // zones are checked block by block: no caches. A sequential run has one, whose parked
@@ -217,7 +217,7 @@ impl<'r> RunState<'r> {
             steps: super::recycle::steps(graph),
             initial_refs: super::recycle::initial_refs(graph),
             plain_run: plan.is_none(),
-            hints: hint_base.and_then(|base| Some((super::hints::hints(graph, parallel)?, base))),
+            hints,
             plan,
             cancel,
             deadline,
