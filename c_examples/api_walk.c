@@ -223,11 +223,13 @@ static void act_run(Walk *w) {
     PICK(w, ei, MAXE, w->e[i]);
     if (ei >= 0 && chance(w, 60)) o.executor = w->e[ei];
     PICK(w, pli, MAXPL, w->pl[i].h && w->pl[i].graph == graph);
+    int scheduled = 0; /* a scheduled plan refuses a memory limit: none is given with one */
     if (pli >= 0 && chance(w, 50)) {
         o.plan = w->pl[pli].h;
-        if (w->pl[pli].mode != GS_PLAN_PARALLEL_SAFE) o.executor = NULL; /* sequential plans: no executor */
+        if (w->pl[pli].mode < GS_PLAN_PARALLEL_SAFE) o.executor = NULL; /* sequential plans: no executor */
+        scheduled = w->pl[pli].mode == GS_PLAN_SCHEDULED;
     }
-    if (chance(w, 25)) o.memory_limit_bytes = total;
+    if (chance(w, 25) && !scheduled) o.memory_limit_bytes = total;
     PICK(w, ti, MAXT, w->t[i] && !w->cancelled[i]);
     if (ti >= 0 && chance(w, 25)) o.cancel = w->t[ti];
     gs_run_result *r = NULL, **out = &r;
@@ -262,7 +264,7 @@ static void act_run(Walk *w) {
         case F_EXEC_WRONG_KIND: o.executor = (gs_executor *)(void *)w->p[pi].h, o.plan = NULL, opts = &o; break;
         case F_PLAN_FREED: if ((o.plan = pick_freed(w, K_PLAN))) opts = &o; else fault = F_NONE; break;
         case F_SEQ_PLAN_EXEC:
-            PICK(w, fi, MAXPL, w->pl[i].h && w->pl[i].graph == graph && w->pl[i].mode != GS_PLAN_PARALLEL_SAFE);
+            PICK(w, fi, MAXPL, w->pl[i].h && w->pl[i].graph == graph && w->pl[i].mode < GS_PLAN_PARALLEL_SAFE);
             if (fi >= 0 && ei >= 0) o.plan = w->pl[fi].h, o.executor = w->e[ei], opts = &o; else fault = F_NONE;
             break;
         case F_FOREIGN_PLAN: /* between graphs with nodes, so that the message can name them */
@@ -275,7 +277,7 @@ static void act_run(Walk *w) {
             if (fi >= 0 && g->n) o.plan = w->pl[fi].h, o.executor = NULL, opts = &o; else fault = F_NONE;
             break;
         case F_KERNEL: PICK(w, fi, g->n, !g->node[i].is_input); if (fi >= 0) g->fail = fi; else fault = F_NONE; break;
-        case F_MEMORY_LIMIT: if (need > 1) o.memory_limit_bytes = need - 1, opts = &o; else fault = F_NONE; break;
+        case F_MEMORY_LIMIT: if (need > 1 && !scheduled) o.memory_limit_bytes = need - 1, opts = &o; else fault = F_NONE; break;
         case F_CANCELLED:
             PICK(w, fi, MAXT, w->t[i]);
             if (fi < 0 || !nops) { fault = F_NONE; break; }
@@ -435,13 +437,13 @@ static void act_release(Walk *w) {
 static void act_plan_new(Walk *w) {
     int gi, pli;
     gs_plan *bad = NULL;
-    uint32_t mode = pick(w, 3);
+    uint32_t mode = pick(w, 4); /* GS_PLAN_SEQUENTIAL .. GS_PLAN_SCHEDULED */
     PICK(w, gi, MAXG, w->g[i].h);
     PICK(w, pli, MAXPL, !w->pl[i].h);
     if (gi < 0 || pli < 0) return;
     Graph *g = &w->g[gi];
     if (g->fin && !chance(w, 10)) make_plan(w, g, &w->pl[pli], mode);
-    else EXPECT(w, g->fin ? GS_ERR_INVALID_ARGUMENT : GS_ERR_NOT_FINALIZED, gs_plan_new(g->h, g->fin ? 3 + mode : mode, &bad));
+    else EXPECT(w, g->fin ? GS_ERR_INVALID_ARGUMENT : GS_ERR_NOT_FINALIZED, gs_plan_new(g->h, g->fin ? 4 + mode : mode, &bad));
 }
 
 static void act_executor_new(Walk *w) {

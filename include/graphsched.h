@@ -99,6 +99,11 @@
 // order is safe.
 #define GS_PLAN_PARALLEL_SAFE 2
 
+// `gs_plan_new` mode: lifetimes from the simulated schedule on one thread per core, made safe
+// for any executor and any durations by ordering constraints that runs on the plan follow
+// (`gs_plan_new_scheduled` picks the thread count).
+#define GS_PLAN_SCHEDULED 3
+
 // `gs_run_options.policy` (and `gs_sim_options.policy`): the recommended order, what zeroed
 // options get: highest bottom level first, which beat critical path first on a corpus
 // (BENCHMARKS.md, "Which order").
@@ -720,6 +725,36 @@ const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
 // # Safety
 // `out` is writable; no other thread frees `graph` during this call.
 gs_status gs_plan_new(const struct gs_graph *graph, uint32_t mode, struct gs_plan **out);
+
+// Plans a finalized graph for its simulated schedule on `threads` threads (0: one per core):
+// values share bytes when their lifetimes in that schedule do not overlap, and the plan adds
+// the ordering constraints that make the sharing safe for any executor and any durations.
+// Runs on the plan follow them (a node also waits for the nodes it was ordered after), with or
+// without an executor, and refuse a memory limit (the arena fixes what they hold). The plan is
+// checked before it is returned; `gs_plan_schedule` tells what the constraints cost.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `graph` during this call.
+gs_status gs_plan_new_scheduled(const struct gs_graph *graph,
+                                uint32_t threads,
+                                struct gs_plan **out);
+
+// What a scheduled plan's ordering constraints cost: the threads it was planned for, how many
+// constraints it adds, and the simulated makespan (with the graph's estimates when it was made)
+// with the constraints and without them. Any pointer may be NULL. `GS_ERR_INVALID_ARGUMENT`
+// for a plan made in another mode.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// Every pointer is NULL or writable; no other thread frees `plan` during this call.
+gs_status gs_plan_schedule(const struct gs_plan *plan,
+                           uint32_t *threads,
+                           uint64_t *constraints,
+                           uint64_t *makespan_ns,
+                           uint64_t *free_makespan_ns);
 
 // Frees a plan. NULL does nothing. No run may be using it.
 //

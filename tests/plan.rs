@@ -46,7 +46,7 @@ fn dag(rng: &mut Rng, ledger: &Ledger, nodes: usize) -> graphsched::Graph {
 #[test]
 fn plans_on_random_dags_verify_and_keep_checksums() {
     let executors: Vec<Executor> = (1..=4).map(|t| Executor::new(t).unwrap()).collect();
-    let mut aliased = 0;
+    let (mut aliased, mut constraints) = (0, 0);
     for seed in 0..150u64 {
         let mut rng = Rng::new(seed);
         let ledger = Ledger::default();
@@ -56,12 +56,18 @@ fn plans_on_random_dags_verify_and_keep_checksums() {
             Mode::Sequential(Order::Topological),
             Mode::Sequential(Order::MemoryAware),
             Mode::ParallelSafe,
+            // Planned for one thread count, run on another: the constraints keep it safe.
+            Mode::Scheduled {
+                threads: 1 + seed as usize % 4,
+            },
         ] {
             let plan = Plan::new(&graph, mode).unwrap();
             plan.verify().unwrap_or_else(|e| panic!("seed {seed} {mode:?}: {e}"));
             aliased += plan.aliases();
+            constraints += plan.scheduled().map_or(0, |s| s.constraints.len());
             let executor = match mode {
                 Mode::ParallelSafe => Some(&executors[seed as usize % 4]),
+                Mode::Scheduled { .. } => Some(&executors[(seed as usize + 1) % 4]),
                 _ => None,
             };
             let pool = Arc::new(Pool::default());
@@ -85,4 +91,87 @@ fn plans_on_random_dags_verify_and_keep_checksums() {
         }
     }
     assert!(aliased > 100, "in-place pairs were exercised ({aliased})");
+    assert!(
+        constraints > 100,
+        "scheduled plans ordered nodes ({constraints} constraints)"
+    );
+}
+
+/// Two chains, a1 -> a2 estimated long and b1 -> b2 estimated short. Planned for one thread,
+/// a1's block goes to b1 once a2 is done; run on two threads, b1 would start beside a1 and
+/// overwrite the block a2 reads, unless the run follows the plan's constraint (a2 before b1).
+#[test]
+fn a_scheduled_plan_holds_when_the_real_durations_differ_from_the_schedule() {
+    let mut g = GraphBuilder::new();
+    let fill = |byte: u8| -> graphsched::Kernel {
+        Box::new(move |ctx| {
+            ctx.output_bytes(0).unwrap().fill(byte);
+            Ok(())
+        })
+    };
+    let a1 = g
+        .add_node(
+            NodeDesc::new("a1", "Op", fill(0xA1))
+                .output(4096)
+                .estimate_ns(1_000_000),
+        )
+        .unwrap();
+    let a2 = NodeDesc::new(
+        "a2",
+        "Op",
+        Box::new(|ctx| {
+            // Slower than b1 for real: b1 runs meanwhile on the other thread.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            match ctx.input_bytes(0).unwrap().iter().all(|&b| b == 0xA1) {
+                true => Ok(()),
+                false => Err("a1's output was overwritten while a2 read it".to_string()),
+            }
+        }),
+    );
+    let a2 = g
+        .add_node(a2.input(ValueRef::new(a1, 0)).output(16).estimate_ns(1_000_000))
+        .unwrap();
+    let b1 = g
+        .add_node(NodeDesc::new("b1", "Op", fill(0xB1)).output(4096).estimate_ns(10))
+        .unwrap();
+    let b2 = g
+        .add_node(
+            NodeDesc::new("b2", "Op", fill(0))
+                .input(ValueRef::new(b1, 0))
+                .output(16)
+                .estimate_ns(10),
+        )
+        .unwrap();
+    g.mark_output(ValueRef::new(a2, 0)).unwrap();
+    g.mark_output(ValueRef::new(b2, 0)).unwrap();
+    let graph = Arc::new(g.finalize().unwrap());
+    let plan = Plan::new(&graph, Mode::Scheduled { threads: 1 }).unwrap();
+    plan.verify().unwrap();
+    let value = |n| graph.value_index(ValueRef::new(n, 0)).unwrap();
+    assert_eq!(plan.offset(value(a1)), plan.offset(value(b1)), "b1 takes a1's block");
+    let s = plan.scheduled().unwrap();
+    assert_eq!(s.constraints, [(a2, b1)]);
+    assert_eq!(
+        s.makespan_ns, s.free_makespan_ns,
+        "the one-thread schedule already had a2 first"
+    );
+    let parallel_safe = Plan::new(&graph, Mode::ParallelSafe).unwrap();
+    assert!(plan.arena_bytes() < parallel_safe.arena_bytes());
+    let executor = Executor::new(2).unwrap();
+    let pool = Arc::new(Pool::default());
+    for _ in 0..5 {
+        let options = RunOptions {
+            executor: Some(&executor),
+            plan: Some(&plan),
+            ..Default::default()
+        };
+        run(&graph, &pool, &options).unwrap();
+    }
+    let limited = RunOptions {
+        plan: Some(&plan),
+        memory_limit_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let e = run(&graph, &pool, &limited).err().unwrap();
+    assert!(e.message().contains("without a memory limit"), "{e}");
 }

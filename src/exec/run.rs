@@ -104,7 +104,8 @@ pub struct RunOptions<'a> {
     pub trace: bool,
     /// Place statically sized values at this plan's offsets, in one arena taken from the pool
     /// per run (kept by the result while it lives). A sequential plan runs without an executor,
-    /// in the plan's order; a parallel-safe plan runs either way.
+    /// in the plan's order; a parallel-safe or scheduled plan runs either way (on a scheduled
+    /// plan, nodes also wait for the plan's ordering constraints).
     pub plan: Option<&'a Plan>,
     /// Another thread may stop the run with this token: no new node starts, running kernels
     /// finish, every buffer goes back, and the run returns `ErrorKind::Cancelled`.
@@ -272,11 +273,24 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 "a sequential plan holds only for its own order: run it without an executor, or plan in parallel-safe mode",
             );
         }
+        if plan.scheduled().is_some() && options.memory_limit_bytes > 0 {
+            // Admission orders nodes by the graph's edges alone; the plan's arena already fixes
+            // what the run holds.
+            return err(
+                ErrorKind::InvalidArgument,
+                "a scheduled plan orders nodes beyond the graph's edges, which memory admission does not know: \
+                 run it without a memory limit (its arena fixes the run's memory), or plan in parallel-safe mode",
+            );
+        }
     }
     let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
-    let prio = graph.priorities();
+    // A scheduled plan's runs follow its priorities: the graph's, with its ordering constraints.
+    let prio = match options.plan.and_then(Plan::scheduled) {
+        Some(s) => s.priorities.clone(),
+        None => graph.priorities(),
+    };
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
     let hints = match options.plan {

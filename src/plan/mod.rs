@@ -39,8 +39,12 @@
 //! ```
 
 mod place;
+mod scheduled;
 
 use std::sync::Arc;
+
+use scheduled::Schedule;
+pub use scheduled::Scheduled;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::memory::{lifetime, readers, static_values, LiveOrder};
@@ -75,6 +79,13 @@ pub enum Mode {
     /// Sharing only between values the graph's edges keep apart; any executor may run it.
     /// Costs a bitset per node, so at most [`MAX_PARALLEL_SAFE_NODES`] nodes.
     ParallelSafe,
+    /// Lifetimes from the simulated schedule on `threads` threads, made safe for any executor
+    /// and any durations by ordering constraints that runs on the plan follow (`scheduled.rs`).
+    /// At most [`MAX_PARALLEL_SAFE_NODES`] nodes, as parallel-safe plans.
+    Scheduled {
+        /// Threads of the schedule planned for; at least 1.
+        threads: usize,
+    },
 }
 
 /// A computed plan of one graph. It holds the graph it was made for, and runs refuse it for any
@@ -94,6 +105,8 @@ pub struct Plan {
     /// Per value: the input value whose bytes it takes over (a node's in-place pair, when the
     /// node is that input's last reader under the mode), placed at the same offset.
     alias_of: Vec<Option<u32>>,
+    /// A scheduled plan's schedule, constraints and the priorities its runs follow.
+    scheduled: Option<Scheduled>,
 }
 
 impl Plan {
@@ -103,27 +116,57 @@ impl Plan {
         let graph: &Graph = graph;
         let n = graph.node_count();
         let values = static_values(graph);
+        if !matches!(mode, Mode::Sequential(_)) && n > MAX_PARALLEL_SAFE_NODES {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "a {} plan handles at most {MAX_PARALLEL_SAFE_NODES} nodes; this graph has {n}",
+                    if mode == Mode::ParallelSafe {
+                        "parallel-safe"
+                    } else {
+                        "scheduled"
+                    }
+                ),
+            );
+        }
+        let prio = graph.priorities();
+        let schedule = match mode {
+            Mode::Scheduled { threads: 0 } => {
+                return err(ErrorKind::InvalidArgument, "a scheduled plan needs at least 1 thread")
+            }
+            Mode::Scheduled { threads } => Some(Schedule::simulate(graph, &prio, threads)?),
+            _ => None,
+        };
         // The memory-aware order keeps the graph's own order when that one is better.
         let LiveOrder {
             order,
             position,
-            peak: max_live_bytes,
+            peak: mut max_live_bytes,
             ..
-        } = match mode {
-            Mode::Sequential(Order::MemoryAware) => graph.lowest_live_order().clone(),
+        } = match (mode, &schedule) {
+            (Mode::Sequential(Order::MemoryAware), _) => graph.lowest_live_order().clone(),
+            (_, Some(s)) => LiveOrder::of(graph, s.order.clone()),
             _ => LiveOrder::of(graph, graph.topological_order().to_vec()),
         };
-        let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
-        if mode == Mode::ParallelSafe && n > MAX_PARALLEL_SAFE_NODES {
-            return err(
-                ErrorKind::InvalidArgument,
-                format!("a parallel-safe plan handles at most {MAX_PARALLEL_SAFE_NODES} nodes; this graph has {n}"),
-            );
+        let lifetimes: Vec<(u32, u32)> = values
+            .iter()
+            .map(|&v| match &schedule {
+                Some(s) => s.lifetime(graph, v),
+                None => lifetime(graph, &position, v),
+            })
+            .collect();
+        if schedule.is_some() {
+            // The most bytes live at once in the schedule: no placement of its lifetimes needs less.
+            let sizes: Vec<u64> = values.iter().map(|&v| size(graph, v)).collect();
+            max_live_bytes = place::lower_bound(&sizes, &lifetimes);
         }
-        let reach = (mode == Mode::ParallelSafe).then(|| Ancestors::of_graph(graph));
+        // Parallel-safe conflicts come from reachability; the in-place rule uses it in both
+        // parallel modes, and scheduled plans need it for their constraints.
+        let reach = (!matches!(mode, Mode::Sequential(_))).then(|| Ancestors::of_graph(graph));
+        let by_reach = mode == Mode::ParallelSafe;
         let conflicts = |a: usize, b: usize| match &reach {
-            Some(r) => !disjoint(r, graph, values[a], values[b]),
-            None => {
+            Some(r) if by_reach => !disjoint(r, graph, values[a], values[b]),
+            _ => {
                 let (x, y) = (lifetimes[a], lifetimes[b]);
                 x.0 <= y.1 && y.0 <= x.1
             }
@@ -192,7 +235,7 @@ impl Plan {
         // a topological order is one in the partial order too): the cheap test first.
         let overlap = |a: usize, b: usize| spans[a].0 <= spans[b].1 && spans[b].0 <= spans[a].1;
         let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
-        let maybe = |a: usize, b: usize| reach.is_some() || overlap(a, b);
+        let maybe = |a: usize, b: usize| by_reach || overlap(a, b);
         let bound = place::lower_bound(&bytes, &spans);
         let offsets_by_group = place::place(
             &place::Groups::new(bytes, &maybe, &clash),
@@ -209,7 +252,7 @@ impl Plan {
                 arena_bytes = arena_bytes.max(offsets_by_group[g] + aligned(size(graph, v)));
             }
         }
-        Ok(Plan {
+        let mut plan = Plan {
             graph: owner,
             mode,
             arena_bytes,
@@ -217,7 +260,44 @@ impl Plan {
             order,
             max_live_bytes,
             alias_of,
-        })
+            scheduled: None,
+        };
+        if let (Some(schedule), Some(reach)) = (schedule, reach) {
+            let mut by_value = vec![(0, 0); graph.value_count()];
+            for (i, &v) in values.iter().enumerate() {
+                by_value[v as usize] = lifetimes[i];
+            }
+            let constraints = scheduled::constraints(
+                graph,
+                &reach,
+                &by_value,
+                &plan.offsets,
+                |v| size(graph, v),
+                |a, b| plan.group_of(a) == plan.group_of(b),
+            );
+            let priorities = Arc::new(prio.constrained(&constraints));
+            let threads = match mode {
+                Mode::Scheduled { threads } => threads,
+                _ => unreachable!("only scheduled plans have a schedule"),
+            };
+            let options = crate::sim::SimOptions {
+                threads,
+                ..Default::default()
+            };
+            plan.scheduled = Some(Scheduled {
+                threads,
+                makespan_ns: crate::sim::simulate_with(graph, &priorities, &options, None)?.makespan_ns,
+                free_makespan_ns: schedule.makespan_ns,
+                constraints,
+                priorities,
+            });
+        }
+        Ok(plan)
+    }
+
+    /// A scheduled plan's schedule and constraints; `None` in the other modes.
+    pub fn scheduled(&self) -> Option<&Scheduled> {
+        self.scheduled.as_ref()
     }
 
     /// The graph this plan was made for.
@@ -288,7 +368,15 @@ impl Plan {
         let planned: Vec<u32> = (0..graph.value_count() as u32)
             .filter(|&v| self.offsets[v as usize].is_some())
             .collect();
-        let reach = matches!(self.mode, Mode::ParallelSafe).then(|| Ancestors::of_graph(graph));
+        // Parallel-safe: the graph's order; scheduled: the graph's with the constraints, which
+        // the plan's start order is a topological order of.
+        let reach = match (&self.mode, &self.scheduled) {
+            (Mode::ParallelSafe, _) => Some(Ancestors::of_graph(graph)),
+            (_, Some(s)) => Some(Ancestors::new(graph.node_count(), &self.order, |v| {
+                s.priorities.successors(v)
+            })),
+            _ => None,
+        };
         for (i, &a) in planned.iter().enumerate() {
             let oa = self.offsets[a as usize].unwrap();
             if oa % PLAN_ALIGNMENT as u64 != 0 || oa + size(graph, a) > self.arena_bytes {

@@ -41,6 +41,7 @@ use crate::graph::Graph;
 
 mod admission;
 mod bound;
+mod constrained;
 mod estimates;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};

@@ -288,6 +288,27 @@ pub(super) fn plans(s: &mut Spec) {
         "its sizes": gs_plan_bytes(plan, &mut arena, &mut bound) => GS_OK, "";
         "two 8-byte values that may overlap in time, 16-byte aligned": (arena, bound) => is (32, 16);
         "the sizes of a NULL plan": gs_plan_bytes(null(), &mut arena, &mut bound) => GS_ERR_NULL_ARGUMENT, "'plan'";
+        "the schedule of a plan made for none": gs_plan_schedule(plan, null_mut(), null_mut(), null_mut(), null_mut())
+            => GS_ERR_INVALID_ARGUMENT, "not made for a schedule";
+    }
+    let (mut scheduled, mut threads, mut constraints, mut makespan, mut free) = (null_mut(), 0u32, 9u64, 0u64, 0u64);
+    spec! { s;
+        "a schedule of too many threads": gs_plan_new_scheduled(g, 5000, &mut scheduled) => GS_ERR_INVALID_ARGUMENT, "at most 4096";
+        "a plan for a schedule on 2 threads": gs_plan_new_scheduled(g, 2, &mut scheduled) => GS_OK, "";
+        "what its constraints cost": gs_plan_schedule(scheduled, &mut threads, &mut constraints, &mut makespan, &mut free) => GS_OK, "";
+        "two independent nodes on two threads share nothing and wait for nothing": (threads, constraints, makespan == free) => is (2, 0, true);
+        "NULLs ask for nothing": gs_plan_schedule(scheduled, null_mut(), null_mut(), null_mut(), null_mut()) => GS_OK, "";
+    }
+    let limited = gs_run_options {
+        plan: scheduled,
+        memory_limit_bytes: 1 << 20,
+        ..Default::default()
+    };
+    spec! { s;
+        "a memory limit on a scheduled plan": gs_run(g, pool, &limited, &mut r) => GS_ERR_INVALID_ARGUMENT, "without a memory limit";
+        "the scheduled plan is freed": gs_plan_free(scheduled) => returns (), "";
+        "the default mode plans for one thread per core": gs_plan_new(g, GS_PLAN_SCHEDULED, &mut scheduled) => GS_OK, "";
+        "and is freed": gs_plan_free(scheduled) => returns (), "";
     }
     let planned = gs_run_options {
         plan,

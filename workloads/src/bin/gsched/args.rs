@@ -42,6 +42,9 @@ pub(crate) enum PlanModeArg {
     Sequential,
     /// Values share bytes only when the graph orders them: safe for any parallel order
     ParallelSafe,
+    /// Lifetimes from the simulated schedule on --threads threads, plus the ordering
+    /// constraints that make sharing safe for any order
+    Scheduled,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -61,6 +64,9 @@ pub(crate) struct PlanArgs {
     /// The order of a sequential plan
     #[arg(long, value_enum, default_value = "topo")]
     pub(crate) order: PlanOrderArg,
+    /// Threads of the schedule a scheduled plan is made for
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) threads: u32,
     /// Declare elementwise nodes in place on their first input (when sizes match)
     #[arg(long)]
     pub(crate) in_place: bool,

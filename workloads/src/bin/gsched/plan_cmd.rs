@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use graphsched::plan::{Mode, Order, Plan};
-use graphsched::{run, Pool, RunOptions};
+use graphsched::{run, Executor, Pool, RunOptions};
 use graphsched_workloads::graph_file::InputBuffers;
 use serde_json::json;
 
@@ -26,6 +26,9 @@ pub(crate) fn plan_command(args: PlanArgs) -> Result<String, String> {
     let graph = &loaded.graph;
     let mode = match (args.mode, args.order) {
         (PlanModeArg::ParallelSafe, _) => Mode::ParallelSafe,
+        (PlanModeArg::Scheduled, _) => Mode::Scheduled {
+            threads: args.threads as usize,
+        },
         (PlanModeArg::Sequential, PlanOrderArg::Topo) => Mode::Sequential(Order::Topological),
         (PlanModeArg::Sequential, PlanOrderArg::Memory) => Mode::Sequential(Order::MemoryAware),
     };
@@ -49,8 +52,25 @@ pub(crate) fn plan_command(args: PlanArgs) -> Result<String, String> {
     .map_err(|e| format!("{}: the pool run failed: {e}", workload.label))?;
     let pool_peak = pool.stats().peak_reserved_bytes;
     let ratio = plan.arena_bytes() as f64 / max_live.max(1) as f64;
+    // A run on the plan itself, on the threads it was made for, as a user's would be.
+    if let Mode::Scheduled { threads } = mode {
+        let executor = Executor::new(threads).map_err(|e| e.to_string())?;
+        run(
+            graph,
+            &pool,
+            &RunOptions {
+                inputs: &bindings,
+                executor: Some(&executor),
+                plan: Some(&plan),
+                freeze_estimates: true,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| format!("{}: the run on the plan failed: {e}", workload.label))?;
+    }
     let mode_name = match mode {
         Mode::ParallelSafe => "parallel-safe",
+        Mode::Scheduled { .. } => "scheduled",
         Mode::Sequential(Order::Topological) => "sequential, file order",
         Mode::Sequential(Order::MemoryAware) => "sequential, memory-aware order",
     };
@@ -66,6 +86,10 @@ pub(crate) fn plan_command(args: PlanArgs) -> Result<String, String> {
             "node_lb_bytes": node_lb,
             "ratio": ratio,
             "pool_peak_reserved_bytes": pool_peak,
+            "threads": plan.scheduled().map(|s| s.threads),
+            "constraints": plan.scheduled().map(|s| s.constraints.len()),
+            "makespan_ns": plan.scheduled().map(|s| s.makespan_ns),
+            "free_makespan_ns": plan.scheduled().map(|s| s.free_makespan_ns),
         }));
     }
     let mut out = format!(
@@ -79,7 +103,20 @@ pub(crate) fn plan_command(args: PlanArgs) -> Result<String, String> {
         ratio
     );
     out += &format!("  max-live bound, file order {:>12} bytes\n", max_live);
-    if plan.max_live_bytes() != max_live {
+    if let Some(s) = plan.scheduled() {
+        out += &format!(
+            "  max-live, schedule         {:>12} bytes  ({} threads: what the plan's lifetimes need at least)\n",
+            plan.max_live_bytes(),
+            s.threads
+        );
+        out += &format!(
+            "  ordering constraints       {:>12}\n  simulated makespan         {:>12} ns  {:>7.3}x without the constraints ({} ns)\n",
+            s.constraints.len(),
+            s.makespan_ns,
+            s.makespan_ns as f64 / s.free_makespan_ns.max(1) as f64,
+            s.free_makespan_ns
+        );
+    } else if plan.max_live_bytes() != max_live {
         out += &format!("  max-live bound, plan order {:>12} bytes\n", plan.max_live_bytes());
     }
     out += &format!("  single-node bound          {:>12} bytes\n", node_lb);
