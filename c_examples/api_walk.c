@@ -218,7 +218,7 @@ static void act_run(Walk *w) {
         uint32_t j = pick(w, (uint32_t)i);
         tmp = bind[i - 1], bind[i - 1] = bind[j], bind[j] = tmp;
     }
-    gs_run_options o = {.inputs = bind, .num_inputs = nb, .window = pick(w, 4), .policy = pick(w, 4), .flags = pick(w, 4)};
+    gs_run_options o = {.inputs = bind, .num_inputs = nb, .window = pick(w, 4), .policy = pick(w, 4), .flags = pick(w, 8)};
     const gs_run_options *opts = nb == 0 && chance(w, 30) ? NULL : &o;
     PICK(w, ei, MAXE, w->e[i]);
     if (ei >= 0 && chance(w, 60)) o.executor = w->e[ei];
@@ -259,7 +259,7 @@ static void act_run(Walk *w) {
         }
         case F_INPUTS_NULL: if (g->n) o.inputs = NULL, o.num_inputs = nb ? nb : 1, opts = &o; else fault = F_NONE; break;
         case F_POLICY: o.policy = 4 + pick(w, 100), opts = &o; break;
-        case F_FLAGS: o.flags |= 4u << pick(w, 29), opts = &o; break;
+        case F_FLAGS: o.flags |= 8u << pick(w, 28), opts = &o; break;
         case F_EXEC_FREED: if ((o.executor = pick_freed(w, K_EXEC))) o.plan = NULL, opts = &o; else fault = F_NONE; break;
         case F_EXEC_WRONG_KIND: o.executor = (gs_executor *)(void *)w->p[pi].h, o.plan = NULL, opts = &o; break;
         case F_PLAN_FREED: if ((o.plan = pick_freed(w, K_PLAN))) opts = &o; else fault = F_NONE; break;

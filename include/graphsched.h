@@ -126,6 +126,12 @@
 // the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
 #define GS_RUN_TRACE 2
 
+// `gs_run_options.flags`: without `plan`, use the graph's own static plan, made at the first
+// run that asks (sequential without an executor, for the executor's threads on one), so that
+// later runs place every static value in one arena. Ignored under a memory limit. A result
+// keeps the whole arena while it lives.
+#define GS_RUN_AUTO_PLAN 4
+
 // What a call did. 0 is success; every other value names one kind of failure, and
 // `gs_last_error_message()` says which node, value or argument it was about.
 enum gs_status

@@ -38,6 +38,7 @@
 //! let stats = result.stats(); // l's and r's values stay live while sum runs: 12 bytes
 //! assert_eq!((stats.nodes_run, stats.threads, stats.peak_live_bytes), (3, 2, 12));
 //! ```
+mod auto_plan;
 mod bind;
 mod cache;
 mod executor;

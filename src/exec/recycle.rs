@@ -12,6 +12,7 @@ use std::ops::Range;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
+use super::auto_plan::AutoPlans;
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::hints::{HintCache, HINT_MIN_BYTES};
 use super::state::Slot;
@@ -67,6 +68,8 @@ struct Bin {
     steps: Box<[Step]>,
     /// Where runs ask the pool for their large blocks (made at the first run that needs them).
     hints: HintCache,
+    /// The graph's own plans (`RunOptions::auto_plan`).
+    plans: AutoPlans,
     arrays: Spares<RunArrays>,
     outputs: Spares<OutputList>,
 }
@@ -124,6 +127,11 @@ pub(super) fn hint_cache(graph: &Graph) -> &HintCache {
     &bin(graph).hints
 }
 
+/// The graph's own plans (see `auto_plan.rs`).
+pub(super) fn auto_plans(graph: &Graph) -> &AutoPlans {
+    &bin(graph).plans
+}
+
 /// Per value: readers, plus one for a graph output (what a run's reference counts start from).
 pub(super) fn initial_refs(graph: &Graph) -> &[u32] {
     &bin(graph).initial_refs
@@ -158,6 +166,7 @@ fn bin(graph: &Graph) -> &Bin {
             .collect(),
         steps: (0..graph.node_count() as u32).map(step).collect(),
         hints: HintCache::default(),
+        plans: AutoPlans::default(),
         arrays: Spares(Mutex::new(Vec::new())),
         outputs: Spares(Mutex::new(Vec::new())),
     })

@@ -107,6 +107,12 @@ pub struct RunOptions<'a> {
     /// in the plan's order; a parallel-safe or scheduled plan runs either way (on a scheduled
     /// plan, nodes also wait for the plan's ordering constraints).
     pub plan: Option<&'a Plan>,
+    /// Without a `plan`: use the graph's own, made at the first run that asks (sequential for
+    /// runs without an executor, scheduled for the executor's threads), so that later runs
+    /// place every static value in one arena. Ignored under a memory limit, which admission
+    /// keeps on the dynamic pool. Not the default: a result keeps the whole arena while it
+    /// holds its outputs.
+    pub auto_plan: bool,
     /// Another thread may stop the run with this token: no new node starts, running kernels
     /// finish, every buffer goes back, and the run returns `ErrorKind::Cancelled`.
     pub cancel: Option<&'a CancelToken>,
@@ -283,18 +289,24 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             );
         }
     }
+    let plan = match options.plan {
+        None if options.auto_plan && options.memory_limit_bytes == 0 => {
+            super::auto_plan::auto_plan(graph, options.executor.map(Executor::threads))
+        }
+        caller => caller,
+    };
     let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
     // A scheduled plan's runs follow its priorities: the graph's, with its ordering constraints.
-    let prio = match options.plan.and_then(Plan::scheduled) {
+    let prio = match plan.and_then(Plan::scheduled) {
         Some(s) => s.priorities.clone(),
         None => graph.priorities(),
     };
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
-    let hints = match options.plan {
-        None => super::hints::hints(graph, options.executor.is_some())
+    let hints = match plan {
+        None => super::hints::hints(graph, options.executor.map(Executor::threads))
             .and_then(|h| Some((h, pool.room_for(h.bytes as usize)?))),
         Some(_) => None,
     };
@@ -311,7 +323,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             parallel: options.executor.is_some(),
             threads,
             trace: options.trace.then_some(start),
-            plan: options.plan,
+            plan,
             cancel: options.cancel,
             deadline: options.deadline,
             hints,
@@ -323,7 +335,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         Some(executor) => {
             executor.drive(&state, &prio.roots);
         }
-        None => in_order(&state, options.plan.map_or(state.sequential_order(), |p| p.order())),
+        None => in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
     }
     state.flush_caches();
     // Dropping `state` on failure returns every buffer it holds.

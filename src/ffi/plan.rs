@@ -22,6 +22,8 @@ pub const GS_PLAN_SCHEDULED: u32 = 3;
 /// sized value. Pass it in `gs_run_options.plan`.
 pub struct gs_plan {
     pub(crate) plan: Plan,
+    /// What keeps the plan's graph alive as long as the plan.
+    _graph: std::sync::Arc<crate::graph::Graph>,
 }
 
 impl Handle for gs_plan {
@@ -110,9 +112,13 @@ fn new_plan(g: &gs_graph, mode: Mode) -> FfiResult<*mut gs_plan> {
         },
         other => other,
     };
-    let plan = Plan::new(g.compiled()?, mode)?;
+    let graph = g.compiled()?;
+    let plan = Plan::new(graph, mode)?;
     plan.verify()?;
-    into_handle(gs_plan { plan })
+    into_handle(gs_plan {
+        plan,
+        _graph: graph.clone(),
+    })
 }
 
 /// What a scheduled plan's ordering constraints cost: the threads it was planned for, how many

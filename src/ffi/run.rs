@@ -31,6 +31,11 @@ pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
 /// `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
 /// the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
 pub const GS_RUN_TRACE: u32 = 2;
+/// `gs_run_options.flags`: without `plan`, use the graph's own static plan, made at the first
+/// run that asks (sequential without an executor, for the executor's threads on one), so that
+/// later runs place every static value in one arena. Ignored under a memory limit. A result
+/// keeps the whole arena while it lives.
+pub const GS_RUN_AUTO_PLAN: u32 = 4;
 
 /// A `GS_POLICY_*` value from C, checked.
 pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
@@ -165,7 +170,7 @@ pub unsafe extern "C" fn gs_run(
                 run_options.executor = Some(&unsafe { handle_ref(o.executor, "options.executor") }?.executor);
             }
             run_options.policy = policy_from_c(o.policy)?;
-            let known = GS_RUN_FREEZE_ESTIMATES | GS_RUN_TRACE;
+            let known = GS_RUN_FREEZE_ESTIMATES | GS_RUN_TRACE | GS_RUN_AUTO_PLAN;
             if o.flags & !known != 0 {
                 let unknown = o.flags & !known;
                 return Err(FfiError::new(
@@ -175,6 +180,7 @@ pub unsafe extern "C" fn gs_run(
             }
             run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
             run_options.trace = o.flags & GS_RUN_TRACE != 0;
+            run_options.auto_plan = o.flags & GS_RUN_AUTO_PLAN != 0;
             if !o.cancel.is_null() {
                 // SAFETY: the handle is not freed concurrently (C contract).
                 run_options.cancel = Some(&unsafe { handle_ref(o.cancel, "options.cancel") }?.token);

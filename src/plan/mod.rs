@@ -16,7 +16,8 @@
 //!
 //! Invariants, which [`Plan::verify`] checks: values that may be live at once under the mode share
 //! no byte (except an in-place output and the input it takes over), and every offset is a
-//! multiple of [`PLAN_ALIGNMENT`]. A plan holds its graph, and runs refuse it for any other.
+//! multiple of [`PLAN_ALIGNMENT`]. A plan knows its graph (without keeping it alive: a graph
+//! keeps plans of its own, `RunOptions::auto_plan`), and runs refuse it for any other.
 //! Graph inputs live in caller memory and dynamic values come from the pool as the kernel asks;
 //! neither is planned. A run follows a plan given in `RunOptions::plan`.
 //!
@@ -41,7 +42,7 @@
 mod place;
 mod scheduled;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use scheduled::Schedule;
 pub use scheduled::Scheduled;
@@ -88,11 +89,14 @@ pub enum Mode {
     },
 }
 
-/// A computed plan of one graph. It holds the graph it was made for, and runs refuse it for any
+/// A computed plan of one graph. It knows the graph it was made for, and runs refuse it for any
 /// other: its offsets mean nothing there.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    graph: Arc<Graph>,
+    /// The graph, weakly: a graph may cache a plan of itself, which must not keep it alive.
+    graph: Weak<Graph>,
+    /// The graph as error messages name it.
+    made_for: String,
     mode: Mode,
     /// Bytes of the arena that holds every planned value.
     arena_bytes: u64,
@@ -112,7 +116,8 @@ pub struct Plan {
 impl Plan {
     /// Plans `graph` in `mode`.
     pub fn new(graph: &Arc<Graph>, mode: Mode) -> Result<Plan> {
-        let owner = graph.clone();
+        let owner = Arc::downgrade(graph);
+        let made_for = graph.describe();
         let graph: &Graph = graph;
         let n = graph.node_count();
         let values = static_values(graph);
@@ -254,6 +259,7 @@ impl Plan {
         }
         let mut plan = Plan {
             graph: owner,
+            made_for,
             mode,
             arena_bytes,
             offsets,
@@ -300,9 +306,9 @@ impl Plan {
         self.scheduled.as_ref()
     }
 
-    /// The graph this plan was made for.
-    pub fn graph(&self) -> &Arc<Graph> {
-        &self.graph
+    /// The graph this plan was made for, while it lives.
+    pub fn graph(&self) -> Option<Arc<Graph>> {
+        self.graph.upgrade()
     }
 
     /// The mode the plan was made in; it decides whether a run may use an executor.
@@ -343,14 +349,15 @@ impl Plan {
 
     /// Ok if this plan was made for `graph`; otherwise an `InvalidArgument` error naming both.
     pub fn check_graph(&self, graph: &Arc<Graph>) -> Result<()> {
-        if Arc::ptr_eq(&self.graph, graph) {
+        // The weak reference keeps the graph's allocation, so no other graph can share its address.
+        if std::ptr::eq(self.graph.as_ptr(), Arc::as_ptr(graph)) {
             return Ok(());
         }
         err(
             ErrorKind::InvalidArgument,
             format!(
                 "the plan was made for {} and cannot place the values of {}: make one plan per graph",
-                self.graph.describe(),
+                self.made_for,
                 graph.describe()
             ),
         )
@@ -360,7 +367,13 @@ impl Plan {
     /// byte, and every planned offset is aligned. Returns the first violation as an error naming
     /// the values.
     pub fn verify(&self) -> Result<()> {
-        let graph: &Graph = &self.graph;
+        let Some(owner) = self.graph.upgrade() else {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("the plan's graph, {}, was dropped: a plan does not keep its graph alive", self.made_for),
+            );
+        };
+        let graph: &Graph = &owner;
         let mut position = vec![0u32; graph.node_count()];
         for (i, &v) in self.order.iter().enumerate() {
             position[v as usize] = i as u32;
@@ -481,6 +494,22 @@ pub(crate) fn place_parallel_safe(
     Some((offsets, arena))
 }
 
+/// Offsets for `values` (statically sized, of `bytes` each) along their lifetimes in the
+/// simulated schedule on `threads` threads (a scheduled plan's placement, without its
+/// constraints: for callers whose placements are hints, which a different real order only makes
+/// land elsewhere), and the bytes they need. `None` if the simulation fails.
+pub(crate) fn place_scheduled(
+    graph: &Graph,
+    values: &[u32],
+    bytes: Vec<u64>,
+    threads: usize,
+    search_work: usize,
+) -> Option<(Vec<u64>, u64)> {
+    let schedule = Schedule::simulate(graph, &graph.priorities(), threads).ok()?;
+    let spans: Vec<(u32, u32)> = values.iter().map(|&v| schedule.lifetime(graph, v)).collect();
+    Some(place_intervals(bytes, &spans, search_work))
+}
+
 /// Whether value `x`'s whole life ends before value `y` is produced, whatever the order.
 fn ends_before(reach: &Ancestors, graph: &Graph, x: u32, y: u32) -> bool {
     if graph.is_graph_output(x) {
@@ -525,7 +554,8 @@ mod tests {
 
     #[test]
     fn the_verifier_catches_a_broken_plan() {
-        let mut plan = Plan::new(&diamond(), Mode::ParallelSafe).unwrap();
+        let graph = diamond();
+        let mut plan = Plan::new(&graph, Mode::ParallelSafe).unwrap();
         plan.verify().unwrap();
         // Put every value at offset 0: values live at once now overlap.
         for o in plan.offsets.iter_mut().flatten() {
@@ -533,6 +563,9 @@ mod tests {
         }
         let e = plan.verify().unwrap_err();
         assert!(e.message().contains("share bytes"), "{e}");
+        drop(graph);
+        let e = plan.verify().unwrap_err();
+        assert!(e.message().contains("was dropped"), "{e}");
     }
 
     #[test]

@@ -310,6 +310,18 @@ pub(super) fn plans(s: &mut Spec) {
         "the default mode plans for one thread per core": gs_plan_new(g, GS_PLAN_SCHEDULED, &mut scheduled) => GS_OK, "";
         "and is freed": gs_plan_free(scheduled) => returns (), "";
     }
+    let auto = gs_run_options {
+        flags: GS_RUN_AUTO_PLAN,
+        ..Default::default()
+    };
+    spec! { s;
+        "a first run that makes the graph's own plan": gs_run(g, pool, &auto, &mut r) => GS_OK, "";
+        "the result is freed": gs_result_free(r) => returns (), "";
+        "a second run on that plan": gs_run(g, pool, &auto, &mut r) => GS_OK, "";
+        "its output": gs_result_output(r, ValueRef::new(0, 0), &mut t) => GS_OK, "";
+        "holds what 'one' wrote": std::slice::from_raw_parts(t.data as *const u8, 8) => returns &[1u8; 8][..], "";
+        "the result is freed": gs_result_free(r) => returns (), "";
+    }
     let planned = gs_run_options {
         plan,
         ..Default::default()

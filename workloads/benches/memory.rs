@@ -1,11 +1,12 @@
 //! Memory on graphs nobody tuned for (issue 13): for the real graphs and a range of generated
 //! ones (`graphsched_workloads::corpus`), at 1 and 2 threads, the dynamic pool's steady peak
-//! reserved bytes, and the sequential and parallel-safe plans' arenas, each over the file-order
-//! max-live lower bound; medians, 95th percentiles and maxima over the corpus.
+//! reserved bytes, and the sequential, parallel-safe and scheduled (2 and 8 threads) plans'
+//! arenas, each over the file-order max-live lower bound, with what a scheduled plan's ordering
+//! constraints cost in simulated makespan; medians, 95th percentiles and maxima over the corpus.
 //!
 //! Choose heuristics on one range of seeds and report on another:
 //! `cargo bench -p graphsched-workloads --bench memory -- --seeds 0..200` to look while choosing,
-//! `-- --seeds 1000..1200` (the default) to report. `--plans-only` skips the runs.
+//! `-- --seeds 1000..1200` (the default) to report. `--plans-only` skips the runs; `--all` prints every graph's row.
 
 use std::time::Instant;
 
@@ -28,6 +29,22 @@ struct Row {
     parallel_ms: f64,
     /// The memory-aware order's max-live bound over the file order's.
     aware_order: f64,
+    /// Scheduled plans for 2 and 8 threads (`SCHEDULE_THREADS`).
+    scheduled: [Option<Scheduled>; 2],
+}
+
+/// Threads the scheduled plans are made for.
+const SCHEDULE_THREADS: [usize; 2] = [2, 8];
+
+/// A scheduled plan's figures.
+#[derive(Clone, Copy)]
+struct Scheduled {
+    /// Arena / the file-order bound, and arena / the schedule's own max-live bound.
+    arena: f64,
+    arena_to_schedule: f64,
+    /// Simulated makespan with the constraints / without.
+    makespan_cost: f64,
+    ms: f64,
 }
 
 fn measure(file: &GraphFile, executor: &Executor, runs: bool) -> Row {
@@ -43,7 +60,22 @@ fn measure(file: &GraphFile, executor: &Executor, runs: bool) -> Row {
     let parallel = (g.node_count() <= MAX_PARALLEL_SAFE_NODES)
         .then(|| Plan::new(g, Mode::ParallelSafe).expect("a parallel-safe plan"));
     let parallel_ms = t.elapsed().as_secs_f64() * 1e3;
+    let scheduled = SCHEDULE_THREADS.map(|threads| {
+        (g.node_count() <= MAX_PARALLEL_SAFE_NODES).then(|| {
+            let t = Instant::now();
+            let plan = Plan::new(g, Mode::Scheduled { threads }).expect("a scheduled plan");
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            let s = plan.scheduled().expect("a schedule");
+            Scheduled {
+                arena: ratio(plan.arena_bytes()),
+                arena_to_schedule: plan.arena_bytes() as f64 / plan.max_live_bytes().max(1) as f64,
+                makespan_cost: s.makespan_ns as f64 / s.free_makespan_ns.max(1) as f64,
+                ms,
+            }
+        })
+    });
     Row {
+        scheduled,
         name: file.name.clone(),
         nodes: file.nodes.len(),
         bound,
@@ -64,9 +96,19 @@ fn measure(file: &GraphFile, executor: &Executor, runs: bool) -> Row {
 
 fn print_row(r: &Row) {
     let parallel = r.parallel.map_or("-".to_string(), |p| format!("{p:.3}"));
+    let scheduled =
+        |i: usize| r.scheduled[i].map_or("-".to_string(), |s| format!("{:.3} ({:.3})", s.arena, s.makespan_cost));
     println!(
-        "{:>16} {:>6} {:>13} | {:>7.3} {:>7.3} | {:>10.3} {:>9}",
-        r.name, r.nodes, r.bound, r.pool[0], r.pool[1], r.sequential, parallel
+        "{:>16} {:>6} {:>13} | {:>7.3} {:>7.3} | {:>10.3} {:>9} | {:>15} {:>15}",
+        r.name,
+        r.nodes,
+        r.bound,
+        r.pool[0],
+        r.pool[1],
+        r.sequential,
+        parallel,
+        scheduled(0),
+        scheduled(1)
     );
 }
 
@@ -90,9 +132,10 @@ fn main() {
     let runs = !std::env::args().any(|a| a == "--plans-only");
     let executor = Executor::new(2).expect("an executor");
     println!("ratios to the file-order max-live lower bound (pool: steady peak reserved, third run of a fresh pool)");
+    println!("scheduled plans: arena (simulated makespan with the constraints / without)");
     println!(
-        "{:>16} {:>6} {:>13} | {:>7} {:>7} | {:>10} {:>9}",
-        "graph", "nodes", "bound bytes", "pool 1t", "pool 2t", "seq plan", "par plan"
+        "{:>16} {:>6} {:>13} | {:>7} {:>7} | {:>10} {:>9} | {:>15} {:>15}",
+        "graph", "nodes", "bound bytes", "pool 1t", "pool 2t", "seq plan", "par plan", "sched 2t", "sched 8t"
     );
     for path in bundled_graphs() {
         print_row(&measure(
@@ -119,6 +162,14 @@ fn main() {
     println!("  pool, 2 threads       {}", column(&|r| Some(r.pool[1])));
     println!("  sequential plan       {}", column(&|r| Some(r.sequential)));
     println!("  parallel-safe plan    {}", column(&|r| r.parallel));
+    for (i, threads) in SCHEDULE_THREADS.iter().enumerate() {
+        println!(
+            "  scheduled plan, {threads}t    {}   (over the schedule's own max-live: {}; makespan cost: {})",
+            column(&|r| r.scheduled[i].map(|s| s.arena)),
+            column(&|r| r.scheduled[i].map(|s| s.arena_to_schedule)),
+            column(&|r| r.scheduled[i].map(|s| s.makespan_cost)),
+        );
+    }
     let below = rows.iter().filter(|r| r.aware_order < 1.0).count();
     let best = rows.iter().map(|r| r.aware_order).fold(f64::INFINITY, f64::min);
     println!(
@@ -130,8 +181,12 @@ fn main() {
         "  sequential plan at (or below) the bound on {at_bound} of {} graphs",
         rows.len()
     );
-    for (what, parallel) in [("sequential", false), ("parallel-safe", true)] {
-        let ms = |r: &Row| if parallel { r.parallel_ms } else { r.plan_ms };
+    for (what, which) in [("sequential", 0), ("parallel-safe", 1), ("scheduled (8 threads)", 2)] {
+        let ms = |r: &Row| match which {
+            0 => r.plan_ms,
+            1 => r.parallel_ms,
+            _ => r.scheduled[1].map_or(0.0, |s| s.ms),
+        };
         let slowest = rows.iter().max_by(|a, b| ms(a).total_cmp(&ms(b))).expect("graphs");
         println!(
             "  slowest {what} plan: {:.1} ms for {} nodes",
@@ -141,6 +196,11 @@ fn main() {
     }
     if !runs {
         return;
+    }
+    if std::env::args().any(|a| a == "--all") {
+        println!();
+        println!("every generated graph:");
+        rows.iter().for_each(print_row);
     }
     let mut worst: Vec<&Row> = rows.iter().collect();
     worst.sort_by(|a, b| b.pool[0].max(b.pool[1]).total_cmp(&a.pool[0].max(a.pool[1])));

@@ -68,15 +68,32 @@ fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
         let bindings = loaded.bindings();
         let sequential = Plan::new(g, Mode::Sequential(Order::MemoryAware)).unwrap();
         let parallel = Plan::new(g, Mode::ParallelSafe).unwrap();
-        let cases = [(&sequential, None), (&parallel, Some(&executor)), (&parallel, None)];
+        let scheduled = Plan::new(g, Mode::Scheduled { threads: 2 }).unwrap();
+        let cases = [
+            (Some(&sequential), None),
+            (Some(&parallel), Some(&executor)),
+            (Some(&parallel), None),
+            (Some(&scheduled), Some(&executor)),
+            (Some(&scheduled), None),
+            // The graph's own plans, sequential and scheduled: made at the first run.
+            (None, None),
+            (None, Some(&executor)),
+        ];
         for (plan, executor) in cases {
             let pool = Arc::new(Pool::default());
             let options = RunOptions {
                 inputs: &bindings,
                 executor,
-                plan: Some(plan),
+                plan,
+                auto_plan: plan.is_none(),
                 ..Default::default()
             };
+            // The plan the graph makes for itself is the one a caller would make.
+            let own = match executor {
+                Some(_) => Plan::new(g, Mode::Scheduled { threads: 2 }).unwrap(),
+                None => Plan::new(g, Mode::Sequential(Order::Topological)).unwrap(),
+            };
+            let plan = plan.unwrap_or(&own);
             for round in 0..3 {
                 let before = pool.stats();
                 let result = run(g, &pool, &options).unwrap_or_else(|e| panic!("{} {:?}: {e}", file.name, plan.mode()));
