@@ -9,6 +9,7 @@
 # tens of plain ones): use it to see what a change does to a path's length, and
 # benches/c/run_overhead.sh for time.
 # Usage: benches/c/instructions.sh [WORKLOAD...]   (default: all five; needs valgrind)
+# PLANNED=1 adds graphsched's runs on the graph's own static plan (GS_RUN_AUTO_PLAN).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${BUILD:-$root/build-bench}"
@@ -50,6 +51,10 @@ count() {
 for w in "${workloads[@]}"; do
   count "graphsched-seq" OH_SEQUENTIAL=1 OH_FREEZE=1 -- "$build/benches/c/overhead_graphsched" "$w"
   count "graphsched-1" OH_THREADS=1 OH_FREEZE=1 -- "$build/benches/c/overhead_graphsched" "$w"
+  if [ "${PLANNED:-0}" = 1 ]; then   # runs on the graph's own plan (GS_RUN_AUTO_PLAN)
+    count "gs-seq-plan" OH_SEQUENTIAL=1 OH_FREEZE=1 OH_AUTO_PLAN=1 -- "$build/benches/c/overhead_graphsched" "$w"
+    count "gs-1-plan" OH_THREADS=1 OH_FREEZE=1 OH_AUTO_PLAN=1 -- "$build/benches/c/overhead_graphsched" "$w"
+  fi
   if [ "$have_tbb" -eq 1 ]; then
     count "tbb-1" OH_THREADS=1 -- "$build/benches/c/overhead_tbb" "$w"
   fi

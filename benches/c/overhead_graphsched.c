@@ -97,6 +97,9 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
    * valgrind every kernel looks slow, the estimates move and each run recomputes priorities). */
   const char *freeze = getenv("OH_FREEZE");
   if (freeze && atoi(freeze)) opts.flags |= GS_RUN_FREEZE_ESTIMATES;
+  /* OH_AUTO_PLAN=1: runs on the graph's own static plan (GS_RUN_AUTO_PLAN): one arena a run. */
+  const char *auto_plan = getenv("OH_AUTO_PLAN");
+  if (auto_plan && atoi(auto_plan)) opts.flags |= GS_RUN_AUTO_PLAN;
 
   check(gs_run(g, pool, &opts, &res), "gs_run (warm-up)");
   gs_result_free(res);

@@ -242,12 +242,14 @@ impl Plan {
         let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
         let maybe = |a: usize, b: usize| by_reach || overlap(a, b);
         let bound = place::lower_bound(&bytes, &spans);
-        let offsets_by_group = place::place(
-            &place::Groups::new(bytes, &maybe, &clash),
-            &spans,
-            bound,
-            place::SEARCH_WORK,
-        );
+        // Along an order (sequential or scheduled), a group's members cover one interval (an
+        // in-place output starts where its input ends), so groups conflict exactly when their
+        // spans overlap: a sweep lists the pairs. The parallel-safe rule asks for every pair.
+        let placing = match by_reach {
+            true => place::Groups::new(bytes, &maybe, &clash),
+            false => place::Groups::of_intervals(bytes, &spans),
+        };
+        let offsets_by_group = place::place(&placing, &spans, bound, place::SEARCH_WORK);
         let mut offsets = vec![None; graph.value_count()];
         let mut arena_bytes = 0u64;
         for (g, members) in groups.iter().enumerate() {
@@ -370,7 +372,10 @@ impl Plan {
         let Some(owner) = self.graph.upgrade() else {
             return err(
                 ErrorKind::InvalidArgument,
-                format!("the plan's graph, {}, was dropped: a plan does not keep its graph alive", self.made_for),
+                format!(
+                    "the plan's graph, {}, was dropped: a plan does not keep its graph alive",
+                    self.made_for
+                ),
             );
         };
         let graph: &Graph = &owner;

@@ -53,13 +53,17 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
                 let (executor, policy, limit) = match strategy {
                     "pool" => (None, Policy::default(), 0),
                     "fifo" => (Some(&executor), Policy::Fifo, 0),
-                    "critical" | "planned" => (Some(&executor), Policy::CriticalPath, 0),
+                    "critical" => (Some(&executor), Policy::CriticalPath, 0),
+                    // The policy the scheduled plan's schedule follows.
+                    "planned" => (Some(&executor), Policy::default(), 0),
                     _ => (Some(&executor), Policy::CriticalPath, bounds.max_live_lb_bytes),
                 };
                 let traced = strategy == "critical" && args.trace.is_some();
-                // planned: critical path on a parallel-safe static plan (one arena per run).
+                // planned: a static plan for the schedule on the executor's threads (one arena
+                // per run; the plan's ordering constraints keep it safe in any real order).
+                let threads = executor.map_or(1, Executor::threads);
                 let plan = (strategy == "planned")
-                    .then(|| Plan::new(&built.graph, Mode::ParallelSafe))
+                    .then(|| Plan::new(&built.graph, Mode::Scheduled { threads }))
                     .transpose()
                     .map_err(|e| format!("cannot plan the graph: {e}"))?;
                 // A fresh pool per strategy: each row shows a cold first run.
@@ -108,8 +112,8 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
              file order on the calling thread, buffers reused as soon as their last reader is done. \
              fifo, critical: {threads} thread{}, ready nodes in FIFO or critical-path order. \
              critical_limited: critical path under a memory limit of the file-order max live, {} MB. \
-             planned: critical path with every static value at a parallel-safe plan's offset, in one \
-             arena. / bound: wall over the {threads}-thread makespan bound; / max live: reserved over the \
+             planned: every static value at its offset in one arena, planned for the schedule on \
+             {threads} thread{0} (its ordering constraints keep any real order safe). / bound: wall over the {threads}-thread makespan bound; / max live: reserved over the \
              max-live bound.{}",
             if threads == 1 { "" } else { "s" },
             mb(bounds.max_live_lb_bytes),
