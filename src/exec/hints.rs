@@ -23,17 +23,19 @@
 //! A value with a hint skips the thread's block cache, both ways: a cached block, taken from the
 //! arena in batches and kept across values, would sit where the hints need room.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::graph::memory::{lifetime, static_values};
 use crate::graph::Graph;
 use crate::plan::{place_intervals, place_parallel_safe, place_scheduled};
+use crate::sched::Priorities;
 
-/// A graph's hints, made at the first run that needs each kind.
+/// A graph's hints, made at the first run that needs each kind; executor runs' hints are made
+/// again when the graph's priorities change, if they came from a schedule of the old ones.
 #[derive(Default)]
 pub(super) struct HintCache {
     sequential: OnceLock<Hints>,
-    parallel: OnceLock<Hints>,
+    parallel: Mutex<Option<Arc<Hints>>>,
 }
 
 /// Offsets for a graph's large values (see the module docs), counted from where the pool says
@@ -44,26 +46,39 @@ pub(super) struct Hints {
     pub offsets: Box<[u64]>,
     /// The bytes the placement spans.
     pub bytes: u64,
+    /// Hints along a schedule: the priorities the schedule was simulated with, and those with
+    /// the ordering constraints that make every hinted block find its bytes free in any real
+    /// order (runs without a memory limit follow them). `None` for other hints.
+    pub basis: Option<Arc<Priorities>>,
+    pub priorities: Option<Arc<Priorities>>,
 }
 
 pub(super) const NO_HINT: u64 = u64::MAX;
 
-/// The graph's [`Hints`] for runs without an executor (`threads` `None`) or on one of
-/// `threads` threads (see the module docs); `None` if it has no large value. Runs on executors
-/// share the hints made for the first one's thread count.
-pub(super) fn hints(graph: &Graph, threads: Option<usize>) -> Option<&Hints> {
-    let cache = super::recycle::hint_cache(graph);
-    let hints = match threads {
-        None => cache.sequential.get_or_init(|| make_hints(graph, false, 1)),
-        Some(t) => cache.parallel.get_or_init(|| make_hints(graph, true, t)),
-    };
+/// The graph's [`Hints`] for runs without an executor; `None` if it has no large value.
+pub(super) fn sequential(graph: &Graph) -> Option<&Hints> {
+    let hints = super::recycle::hint_cache(graph)
+        .sequential
+        .get_or_init(|| make_hints(graph, None));
     (hints.bytes > 0).then_some(hints)
+}
+
+/// The graph's [`Hints`] for runs on an executor of `threads` threads whose graph priorities
+/// are `prio` (see the module docs); `None` if it has no large value. Runs on executors share
+/// the hints made for the first one's thread count.
+pub(super) fn parallel(graph: &Graph, threads: usize, prio: &Arc<Priorities>) -> Option<Arc<Hints>> {
+    let mut cached = super::state::lock(&super::recycle::hint_cache(graph).parallel);
+    let stale = |h: &Hints| h.basis.as_ref().is_some_and(|b| !Arc::ptr_eq(b, prio));
+    if cached.as_deref().map_or(true, stale) {
+        *cached = Some(Arc::new(make_hints(graph, Some((threads, prio)))));
+    }
+    cached.clone().filter(|h| h.bytes > 0)
 }
 
 /// Places the graph's large values: along the topological order, or for runs on an executor of
 /// `threads` threads by the parallel-safe rule where that costs little more
 /// (`PARALLEL_SAFE_SLACK`), else along the simulated schedule on those threads.
-fn make_hints(graph: &Graph, parallel: bool, threads: usize) -> Hints {
+fn make_hints(graph: &Graph, executor: Option<(usize, &Arc<Priorities>)>) -> Hints {
     let hinted: Vec<u32> = static_values(graph)
         .into_iter()
         .filter(|&v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES))
@@ -75,15 +90,22 @@ fn make_hints(graph: &Graph, parallel: bool, threads: usize) -> Hints {
     let position = graph.topological_positions();
     let spans: Vec<(u32, u32)> = hinted.iter().map(|&v| lifetime(graph, position, v)).collect();
     let sequential = place_intervals(bytes.clone(), &spans, HINT_SEARCH_WORK);
-    let (placed, total) = match parallel {
-        false => sequential,
-        true => {
+    let (mut basis, mut priorities) = (None, None);
+    let (placed, total) = match executor {
+        None => sequential,
+        Some((threads, prio)) => {
             let safe = (graph.node_count() <= PARALLEL_SAFE_MAX_NODES)
                 .then(|| place_parallel_safe(graph, &hinted, bytes.clone(), HINT_SEARCH_WORK))
                 .flatten();
             match safe {
                 Some(safe) if safe.1 as f64 <= sequential.1 as f64 * PARALLEL_SAFE_SLACK => safe,
-                _ => place_scheduled(graph, &hinted, bytes, threads, HINT_SEARCH_WORK).unwrap_or(sequential),
+                _ => match place_scheduled(graph, prio, &hinted, bytes, threads, HINT_SEARCH_WORK) {
+                    Some(s) => {
+                        (basis, priorities) = (Some(prio.clone()), s.priorities);
+                        (s.offsets, s.bytes)
+                    }
+                    None => sequential,
+                },
             }
         }
     };
@@ -94,6 +116,8 @@ fn make_hints(graph: &Graph, parallel: bool, threads: usize) -> Hints {
     Hints {
         offsets: offsets.into(),
         bytes: total,
+        basis,
+        priorities,
     }
 }
 

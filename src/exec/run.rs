@@ -298,18 +298,29 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
-    // A scheduled plan's runs follow its priorities: the graph's, with its ordering constraints.
-    let prio = match plan.and_then(Plan::scheduled) {
-        Some(s) => s.priorities.clone(),
-        None => graph.priorities(),
-    };
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
-    let hints = match plan {
-        None => super::hints::hints(graph, options.executor.map(Executor::threads))
-            .and_then(|h| Some((h, pool.room_for(h.bytes as usize)?))),
-        Some(_) => None,
+    let graph_prio = graph.priorities();
+    let executor_hints;
+    let hints = match (plan, options.executor) {
+        (Some(_), _) => None,
+        (None, None) => super::hints::sequential(graph),
+        (None, Some(e)) => {
+            executor_hints = super::hints::parallel(graph, e.threads(), &graph_prio);
+            executor_hints.as_deref()
+        }
     };
+    // A scheduled plan's runs follow its priorities: the graph's, with its ordering constraints;
+    // so do runs on hints along a schedule, unless a memory limit's admission is in charge.
+    let prio = match (
+        plan.and_then(Plan::scheduled),
+        hints.and_then(|h| h.priorities.as_ref()),
+    ) {
+        (Some(s), _) => s.priorities.clone(),
+        (None, Some(p)) if options.memory_limit_bytes == 0 => p.clone(),
+        _ => graph_prio,
+    };
+    let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
     let threads = options.executor.map_or(1, Executor::threads);
     let mut state = RunState::new(
         graph,

@@ -51,9 +51,14 @@ use crate::error::{err, ErrorKind, Result};
 use crate::graph::memory::{lifetime, readers, static_values, LiveOrder};
 use crate::graph::reach::Ancestors;
 use crate::graph::Graph;
+use crate::sched::Priorities;
 
 /// Alignment of every planned value's offset (and so of its address: arenas are 64-aligned).
 pub const PLAN_ALIGNMENT: usize = 16;
+
+/// Most conflict-list entries a plan may need (see `place.rs`): 16 million, 128 MB of lists,
+/// seconds of placement. Reached by graphs that keep thousands of values live at once.
+pub const MAX_CONFLICT_ENTRIES: u64 = 16_000_000;
 
 /// Largest graph a parallel-safe plan takes on: its reachability bitsets grow with the square of
 /// the node count (20,000 nodes: 50 MB).
@@ -241,6 +246,25 @@ impl Plan {
         let overlap = |a: usize, b: usize| spans[a].0 <= spans[b].1 && spans[b].0 <= spans[a].1;
         let clash = |a: usize, b: usize| groups[a].iter().any(|&x| groups[b].iter().any(|&y| conflicts(x, y)));
         let maybe = |a: usize, b: usize| by_reach || overlap(a, b);
+        // Placement lists each group's conflicts: along an order, at most (groups x most groups
+        // live at once) entries. A graph that keeps too many values live at once (100,000 side
+        // by side) would take minutes and gigabytes. (Parallel-safe plans are held to
+        // `MAX_PARALLEL_SAFE_NODES` instead.)
+        let width = match by_reach {
+            true => 0,
+            false => place::lower_bound(&vec![1; groups.len()], &spans),
+        };
+        if groups.len() as u64 * width > MAX_CONFLICT_ENTRIES {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} of this graph's values may be live at once, too many pairs to plan ({} groups): \
+                     run it on the dynamic pool, which places values as they come",
+                    width,
+                    groups.len()
+                ),
+            );
+        }
         let bound = place::lower_bound(&bytes, &spans);
         // Along an order (sequential or scheduled), a group's members cover one interval (an
         // in-place output starts where its input ends), so groups conflict exactly when their
@@ -499,20 +523,50 @@ pub(crate) fn place_parallel_safe(
     Some((offsets, arena))
 }
 
+/// A placement along a simulated schedule, for callers that place blocks of their own.
+pub(crate) struct ScheduledPlacement {
+    /// Per value given: its offset.
+    pub offsets: Vec<u64>,
+    /// The bytes the placement spans.
+    pub bytes: u64,
+    /// `prio` with the ordering constraints that make the placement's sharing safe in any real
+    /// order (as a scheduled plan's); `None` when the graph is past
+    /// [`MAX_PARALLEL_SAFE_NODES`] nodes (reachability) or the schedule needs none.
+    pub priorities: Option<Arc<Priorities>>,
+}
+
 /// Offsets for `values` (statically sized, of `bytes` each) along their lifetimes in the
-/// simulated schedule on `threads` threads (a scheduled plan's placement, without its
-/// constraints: for callers whose placements are hints, which a different real order only makes
-/// land elsewhere), and the bytes they need. `None` if the simulation fails.
+/// simulated schedule on `threads` threads under `prio` (a scheduled plan's placement), the
+/// bytes they need, and the constraints that make it safe. `None` if the simulation fails.
 pub(crate) fn place_scheduled(
     graph: &Graph,
+    prio: &Priorities,
     values: &[u32],
     bytes: Vec<u64>,
     threads: usize,
     search_work: usize,
-) -> Option<(Vec<u64>, u64)> {
-    let schedule = Schedule::simulate(graph, &graph.priorities(), threads).ok()?;
+) -> Option<ScheduledPlacement> {
+    let schedule = Schedule::simulate(graph, prio, threads).ok()?;
     let spans: Vec<(u32, u32)> = values.iter().map(|&v| schedule.lifetime(graph, v)).collect();
-    Some(place_intervals(bytes, &spans, search_work))
+    let (placed, total) = place_intervals(bytes.clone(), &spans, search_work);
+    let priorities = (graph.node_count() <= MAX_PARALLEL_SAFE_NODES)
+        .then(|| {
+            let mut offsets = vec![None; graph.value_count()];
+            let mut lifetimes = vec![(0, 0); graph.value_count()];
+            let mut size = vec![0; graph.value_count()];
+            for (i, &v) in values.iter().enumerate() {
+                (offsets[v as usize], lifetimes[v as usize], size[v as usize]) = (Some(placed[i]), spans[i], bytes[i]);
+            }
+            let reach = Ancestors::of_graph(graph);
+            scheduled::constraints(graph, &reach, &lifetimes, &offsets, |v| size[v as usize], |_, _| false)
+        })
+        .filter(|edges| !edges.is_empty())
+        .map(|edges| Arc::new(prio.constrained(&edges)));
+    Some(ScheduledPlacement {
+        offsets: placed,
+        bytes: total,
+        priorities,
+    })
 }
 
 /// Whether value `x`'s whole life ends before value `y` is produced, whatever the order.
@@ -571,6 +625,31 @@ mod tests {
         drop(graph);
         let e = plan.verify().unwrap_err();
         assert!(e.message().contains("was dropped"), "{e}");
+    }
+
+    #[test]
+    fn a_graph_with_too_many_values_live_at_once_is_refused_with_a_sentence() {
+        // 4,100 values live at once, each conflicting with every other: 16.8 million entries.
+        let mut b = GraphBuilder::new();
+        let node = |name: String| NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(64);
+        let src = b.add_node(node("src".into())).unwrap();
+        let wide: Vec<u32> = (0..4100)
+            .map(|i| b.add_node(node(format!("w{i}")).input(ValueRef::new(src, 0))).unwrap())
+            .collect();
+        let mut join = node("join".into());
+        for chunk in wide.chunks(crate::graph::MAX_NODE_PORTS) {
+            let mut part = node(format!("part{}", chunk[0]));
+            for &w in chunk {
+                part = part.input(ValueRef::new(w, 0));
+            }
+            join = join.input(ValueRef::new(b.add_node(part).unwrap(), 0));
+        }
+        let join = b.add_node(join).unwrap();
+        b.mark_output(ValueRef::new(join, 0)).unwrap();
+        let graph = Arc::new(b.finalize().unwrap());
+        let e = Plan::new(&graph, Mode::Sequential(Order::Topological)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("may be live at once"), "{e}");
     }
 
     #[test]

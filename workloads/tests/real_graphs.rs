@@ -80,3 +80,33 @@ fn repeat_runs_reuse_everything_and_stay_near_the_lower_bound() {
         }
     }
 }
+
+/// The issue-13 goal for the dynamic pool on the real graphs: at most 1.20x the file-order
+/// bound in steady state, on the calling thread and on executors of 1 and 2 threads. PP-OCRv4
+/// det was the hard one on 2 threads (1.28x): its parallel-safe placement costs 1.4x, and hints
+/// along the sequential order miss where its branches run side by side; hints along the
+/// schedule, with the constraints that keep their blocks free, land every time. Three fresh
+/// pools each, since parallel runs vary.
+#[test]
+fn the_pool_holds_the_real_graphs_within_a_fifth_of_the_bound_on_any_thread_count() {
+    let executors = [
+        graphsched::Executor::new(1).unwrap(),
+        graphsched::Executor::new(2).unwrap(),
+    ];
+    for path in bundled_graphs() {
+        let file = GraphFile::load(&path).unwrap();
+        let loaded = Measured::build(&file, Pace::Touch, Some(3)).unwrap();
+        for executor in [None, Some(&executors[0]), Some(&executors[1])] {
+            for _ in 0..3 {
+                let peak = loaded.steady_peak_reserved(executor).unwrap();
+                let ratio = peak as f64 / file.max_live_bytes() as f64;
+                let threads = executor.map(graphsched::Executor::threads);
+                assert!(
+                    ratio <= 1.20,
+                    "{} on {threads:?} threads: {ratio:.3}x the bound",
+                    file.name
+                );
+            }
+        }
+    }
+}
