@@ -17,8 +17,12 @@
 //!   hinted block finds its bytes free. Where that rule costs much more than a sequential
 //!   placement (graphs with wide unordered branches, and those past the parallel-safe planner's
 //!   size limit), they take a placement along the simulated schedule on the executor's threads
-//!   instead (a scheduled plan's, without its constraints): most blocks land where it says, the
-//!   rest take the best fit.
+//!   instead, as a scheduled plan's (`plan::Mode::Scheduled`), and the run follows the same
+//!   ordering constraints (a node whose block reuses another value's bytes starts after that
+//!   value's readers), so every hinted block finds its bytes free there too. Runs under a memory
+//!   limit keep the graph's priorities (admission does not know the constraints): some blocks
+//!   then land elsewhere, by best fit. These hints are made again when the graph's priorities
+//!   change (learned durations), since they follow the schedule of the old ones.
 //!
 //! A value with a hint skips the thread's block cache, both ways: a cached block, taken from the
 //! arena in batches and kept across values, would sit where the hints need room.
@@ -122,13 +126,13 @@ fn make_hints(graph: &Graph, executor: Option<(usize, &Arc<Priorities>)>) -> Hin
 }
 
 /// Runs on an executor take parallel-safe hints when those need at most this much more than
-/// sequential ones; past it, hints along the simulated schedule (most blocks still land where
-/// they say, the others take the best fit), since a parallel-safe placement pays for every pair
-/// of values the graph leaves unordered, even those the threads never run side by side. Chosen
-/// on seeds 0..200 of the corpus: where parallel-safe hints cost more than this, the schedule's
-/// beat sequential ones (2 threads, steady peak over the bound, median of 10 graphs 1.256 ->
-/// 1.049); below it, parallel-safe ones beat the schedule's at the 95th percentile (1.19 against
-/// 1.39): real orders stray from the schedule, and parallel-safe hints hold in any order.
+/// sequential ones; past it, hints along the simulated schedule, with its ordering constraints.
+/// Chosen on seeds 0..200 of the corpus (2 threads, steady peak over the bound): the schedule's
+/// hints without constraints beat sequential ones where parallel-safe ones cost more than this
+/// (median of those 10 graphs 1.256 -> 1.049), but strayed with the real order (PP-OCRv4 det
+/// 1.00-1.32x from run to run); with the constraints they land every time (1.002x, the same
+/// wall time). Parallel-safe hints need no constraints, so they stay first where they cost
+/// little.
 const PARALLEL_SAFE_SLACK: f64 = 1.10;
 
 /// Parallel-safe hints need the graph's reachability and every pair of large values: past
