@@ -237,6 +237,14 @@ fn new_pool() -> *mut gs_pool {
     p
 }
 
+/// Blocks the pool has handed out so far.
+fn acquires(p: *mut gs_pool) -> u64 {
+    let mut s = PoolStats::default();
+    // SAFETY: a live pool handle of the calling case and a local to write.
+    assert_eq!(unsafe { gs_pool_get_stats(p, &mut s) }, gs_status::GS_OK);
+    s.acquires
+}
+
 fn live_bytes(p: *mut gs_pool) -> u64 {
     let mut s = PoolStats::default();
     // SAFETY: `s` is writable; the caller's pool is freed by no other thread.

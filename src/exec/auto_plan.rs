@@ -32,5 +32,12 @@ pub(super) fn auto_plan(graph: &std::sync::Arc<Graph>, threads: Option<usize>) -
         None => (&plans.sequential, Mode::Sequential(Order::Topological)),
         Some(threads) => (&plans.scheduled, Mode::Scheduled { threads }),
     };
-    cell.get_or_init(|| Plan::new(graph, mode).ok()).as_ref()
+    // Checked as a caller's plan would be, where the verifier's pairwise pass is cheap.
+    let checked = |plan: Plan| (graph.node_count() > VERIFY_UP_TO || plan.verify().is_ok()).then_some(plan);
+    cell.get_or_init(|| Plan::new(graph, mode).ok().and_then(checked))
+        .as_ref()
 }
+
+/// Auto plans of graphs up to this many nodes are verified (the verifier looks at every pair of
+/// values) before any run uses them.
+const VERIFY_UP_TO: usize = 2_000;

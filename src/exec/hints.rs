@@ -39,8 +39,14 @@ use crate::sched::Priorities;
 #[derive(Default)]
 pub(super) struct HintCache {
     sequential: OnceLock<Hints>,
-    parallel: Mutex<Option<Arc<Hints>>>,
+    /// Whether the graph has a value that takes hints: runs of graphs without one skip the lock.
+    any: OnceLock<bool>,
+    /// Per executor size seen (the latest `PARALLEL_KINDS`).
+    parallel: Mutex<Vec<Arc<Hints>>>,
 }
+
+/// How many executor sizes a graph keeps hints for.
+const PARALLEL_KINDS: usize = 4;
 
 /// Offsets for a graph's large values (see the module docs), counted from where the pool says
 /// free space starts when a run starts. Sizes are rounded up to the pool's grain, so offsets
@@ -50,6 +56,8 @@ pub(super) struct Hints {
     pub offsets: Box<[u64]>,
     /// The bytes the placement spans.
     pub bytes: u64,
+    /// The executor's threads they were made for (0 for runs without one).
+    pub threads: usize,
     /// Hints along a schedule: the priorities the schedule was simulated with, and those with
     /// the ordering constraints that make every hinted block find its bytes free in any real
     /// order (runs without a memory limit follow them). `None` for other hints.
@@ -68,15 +76,29 @@ pub(super) fn sequential(graph: &Graph) -> Option<&Hints> {
 }
 
 /// The graph's [`Hints`] for runs on an executor of `threads` threads whose graph priorities
-/// are `prio` (see the module docs); `None` if it has no large value. Runs on executors share
-/// the hints made for the first one's thread count.
+/// are `prio` (see the module docs); `None` if it has no large value. Made once per executor
+/// size (a schedule, and its constraints, hold for one thread count), and again when hints
+/// along a schedule of older priorities meet new ones.
 pub(super) fn parallel(graph: &Graph, threads: usize, prio: &Arc<Priorities>) -> Option<Arc<Hints>> {
-    let mut cached = super::state::lock(&super::recycle::hint_cache(graph).parallel);
-    let stale = |h: &Hints| h.basis.as_ref().is_some_and(|b| !Arc::ptr_eq(b, prio));
-    if cached.as_deref().map_or(true, stale) {
-        *cached = Some(Arc::new(make_hints(graph, Some((threads, prio)))));
+    let cache = super::recycle::hint_cache(graph);
+    if !*cache.any.get_or_init(|| sequential(graph).is_some()) {
+        return None;
     }
-    cached.clone().filter(|h| h.bytes > 0)
+    let mut cached = super::state::lock(&cache.parallel);
+    let current = |h: &&Arc<Hints>| h.threads == threads && h.basis.as_ref().map_or(true, |b| Arc::ptr_eq(b, prio));
+    let hints = match cached.iter().find(current) {
+        Some(h) => h.clone(),
+        None => {
+            let h = Arc::new(make_hints(graph, Some((threads, prio))));
+            cached.retain(|old| old.threads != threads);
+            if cached.len() == PARALLEL_KINDS {
+                cached.remove(0);
+            }
+            cached.push(h.clone());
+            h
+        }
+    };
+    (hints.bytes > 0).then_some(hints)
 }
 
 /// Places the graph's large values: along the topological order, or for runs on an executor of
@@ -103,7 +125,15 @@ fn make_hints(graph: &Graph, executor: Option<(usize, &Arc<Priorities>)>) -> Hin
                 .flatten();
             match safe {
                 Some(safe) if safe.1 as f64 <= sequential.1 as f64 * PARALLEL_SAFE_SLACK => safe,
-                _ => match place_scheduled(graph, prio, &hinted, bytes, threads, HINT_SEARCH_WORK) {
+                _ => match place_scheduled(
+                    graph,
+                    prio,
+                    &hinted,
+                    bytes,
+                    threads,
+                    HINT_SEARCH_WORK,
+                    PARALLEL_SAFE_MAX_NODES,
+                ) {
                     Some(s) => {
                         (basis, priorities) = (Some(prio.clone()), s.priorities);
                         (s.offsets, s.bytes)
@@ -120,6 +150,7 @@ fn make_hints(graph: &Graph, executor: Option<(usize, &Arc<Priorities>)>) -> Hin
     Hints {
         offsets: offsets.into(),
         bytes: total,
+        threads: executor.map_or(0, |e| e.0),
         basis,
         priorities,
     }
@@ -135,9 +166,10 @@ fn make_hints(graph: &Graph, executor: Option<(usize, &Arc<Priorities>)>) -> Hin
 /// little.
 const PARALLEL_SAFE_SLACK: f64 = 1.10;
 
-/// Parallel-safe hints need the graph's reachability and every pair of large values: past
-/// this many nodes, a first run would wait too long for them (about 100 ms at 2,000 nodes), and
-/// runs on an executor take the schedule's.
+/// Parallel-safe hints, and the constraints of hints along a schedule, need the graph's
+/// reachability and pairs of large values: past this many nodes, a first run would wait too long
+/// for them (about 100 ms at 2,000 nodes). Larger graphs on an executor take the schedule's
+/// hints without constraints (most blocks land where they say; the rest take the best fit).
 const PARALLEL_SAFE_MAX_NODES: usize = 2_000;
 
 /// The search the hints' placement may do: a tenth of a plan's, so a graph's first run waits

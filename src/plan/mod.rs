@@ -530,8 +530,8 @@ pub(crate) struct ScheduledPlacement {
     /// The bytes the placement spans.
     pub bytes: u64,
     /// `prio` with the ordering constraints that make the placement's sharing safe in any real
-    /// order (as a scheduled plan's); `None` when the graph is past
-    /// [`MAX_PARALLEL_SAFE_NODES`] nodes (reachability) or the schedule needs none.
+    /// order (as a scheduled plan's); `None` when the graph is past `constrain_up_to` nodes
+    /// (reachability and pairs of values sharing bytes grow with its square) or needs none.
     pub priorities: Option<Arc<Priorities>>,
 }
 
@@ -545,11 +545,12 @@ pub(crate) fn place_scheduled(
     bytes: Vec<u64>,
     threads: usize,
     search_work: usize,
+    constrain_up_to: usize,
 ) -> Option<ScheduledPlacement> {
     let schedule = Schedule::simulate(graph, prio, threads).ok()?;
     let spans: Vec<(u32, u32)> = values.iter().map(|&v| schedule.lifetime(graph, v)).collect();
     let (placed, total) = place_intervals(bytes.clone(), &spans, search_work);
-    let priorities = (graph.node_count() <= MAX_PARALLEL_SAFE_NODES)
+    let priorities = (graph.node_count() <= constrain_up_to.min(MAX_PARALLEL_SAFE_NODES))
         .then(|| {
             let mut offsets = vec![None; graph.value_count()];
             let mut lifetimes = vec![(0, 0); graph.value_count()];

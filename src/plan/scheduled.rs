@@ -114,30 +114,36 @@ pub(super) fn constraints(
         .filter(|&v| offsets[v as usize].is_some())
         .collect();
     placed.sort_by_key(|&v| offsets[v as usize]);
+    // The nodes whose finish ends each placed value's life: its readers, else its producer.
+    let ends: Vec<Vec<u32>> = placed
+        .iter()
+        .map(|&v| match readers(graph, v) {
+            r if r.is_empty() => vec![graph.value_producer(v)],
+            r => r,
+        })
+        .collect();
     let mut edges = Vec::new();
     for (i, &a) in placed.iter().enumerate() {
         let end = offsets[a as usize].unwrap() + bytes(a);
         // Sorted by offset: the values overlapping `a` from above are the ones that follow it
         // and start below its end.
-        for &b in placed[i + 1..]
+        // Pairs sharing bytes: as many as the square of the values in the worst case (a chain
+        // whose every other value sits at offset 0), each a few bit tests.
+        let overlapping = placed[i + 1..]
             .iter()
-            .take_while(|&&b| offsets[b as usize].unwrap() < end)
-        {
+            .take_while(|&&b| offsets[b as usize].unwrap() < end);
+        for (j, &b) in (i + 1..).zip(overlapping) {
             if bytes(b) == 0 || bytes(a) == 0 || same_block(a, b) {
                 continue;
             }
             let (x, y) = (lifetimes[a as usize], lifetimes[b as usize]);
-            let (first, then) = if x.1 < y.0 { (a, b) } else { (b, a) };
+            let (first, then) = if x.1 < y.0 { (i, b) } else { (j, a) };
             debug_assert!(
                 x.1 < y.0 || y.1 < x.0,
                 "the placement keeps overlapping lifetimes apart"
             );
             let producer = graph.value_producer(then);
-            let mut ends = readers(graph, first);
-            if ends.is_empty() {
-                ends.push(graph.value_producer(first));
-            }
-            for r in ends {
+            for &r in &ends[first] {
                 if !reach.before(r, producer) {
                     edges.push((r, producer));
                 }

@@ -47,7 +47,10 @@ impl OutTable {
         // Newest first.
         if let Some(i) = self.recent[..self.len].iter().rposition(|&(a, _)| a == addr) {
             let out = self.recent[i].1;
-            self.recent.copy_within(i + 1..self.len, i);
+            // The newest (the usual case) moves nothing: no call to memmove.
+            if i + 1 < self.len {
+                self.recent.copy_within(i + 1..self.len, i);
+            }
             self.len -= 1;
             return Some(out);
         }

@@ -317,7 +317,11 @@ pub(super) fn plans(s: &mut Spec) {
     spec! { s;
         "a first run that makes the graph's own plan": gs_run(g, pool, &auto, &mut r) => GS_OK, "";
         "the result is freed": gs_result_free(r) => returns (), "";
+    }
+    let before = super::acquires(pool);
+    spec! { s;
         "a second run on that plan": gs_run(g, pool, &auto, &mut r) => GS_OK, "";
+        "takes one block from the pool, its arena": super::acquires(pool) - before => is 1;
         "its output": gs_result_output(r, ValueRef::new(0, 0), &mut t) => GS_OK, "";
         "holds what 'one' wrote": std::slice::from_raw_parts(t.data as *const u8, 8) => returns &[1u8; 8][..], "";
         "the result is freed": gs_result_free(r) => returns (), "";

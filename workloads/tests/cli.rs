@@ -133,7 +133,11 @@ fn demo_json_has_the_six_strategies_in_order_and_keeps_the_bounds() {
     assert!(u(&rows[5]["os_allocs"]) >= 1, "{}", rows[5]);
     // A scheduled plan's arena: the schedule's own max live, which may be below the file
     // order's, and at most 1.10x the file order's (issue 13).
-    assert!(u(&rows[5]["peak_reserved_bytes"]) >= u(&rows[5]["peak_live_bytes"]), "{}", rows[5]);
+    assert!(
+        u(&rows[5]["peak_reserved_bytes"]) >= u(&rows[5]["peak_live_bytes"]),
+        "{}",
+        rows[5]
+    );
     assert!(u(&rows[5]["peak_reserved_bytes"]) * 10 <= max_live * 11, "{}", rows[5]);
     assert_eq!(
         u(&rows[1]["peak_live_bytes"]),
