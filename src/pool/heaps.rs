@@ -133,6 +133,14 @@ impl Heaps {
             // SAFETY: see `LAST`: this pool is alive (`&self`) and holds the heap.
             return Some(f(unsafe { &*last }));
         }
+        self.with_own_slow(create, f)
+    }
+
+    /// [`with_own`](Self::with_own) when the thread's last pool was another (or none): out of
+    /// line, so that the usual path stays short enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn with_own_slow<R>(&self, create: bool, f: impl FnOnce(&Heap) -> R) -> Option<R> {
         ATTACHED
             .try_with(|cell| {
                 if let Some((_, heap)) = cell.borrow().0.iter().find(|(uid, _)| *uid == self.uid) {
