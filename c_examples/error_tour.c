@@ -280,6 +280,17 @@ int main(void) {
     CHECK(strcmp(gs_status_name(GS_ERR_CYCLE), "GS_ERR_CYCLE") == 0, "gs_status_name(GS_ERR_CYCLE)");
     CHECK(strcmp(gs_status_name(-1), "GS_UNKNOWN_STATUS") == 0, "gs_status_name(-1)");
 
+    printf("fresh and stale messages, reusable cancel tokens\n");
+    gs_clear_last_error();
+    CHECK(gs_last_error_message()[0] == '\0', "gs_clear_last_error left \"%s\"", gs_last_error_message());
+    gs_cancel_token *token = NULL;
+    CHECK_OK(gs_cancel_token_new(&token));
+    CHECK(gs_cancel_token_cancel(token) == 1, "the first cancel cancels");
+    CHECK(gs_cancel_token_reset(token) == 1 && gs_cancel_token_reset(token) == 0, "a reset undoes it, once");
+    CHECK(gs_last_error_message()[0] == '\0', "successes write no message: \"%s\"", gs_last_error_message());
+    CHECK(gs_cancel_token_cancel(token) == 1, "a reset token can be cancelled again");
+    gs_cancel_token_free(token);
+
     gs_pool_free(pool);
     if (failures) {
         fprintf(stderr, "error_tour: %d case(s) failed\n", failures);

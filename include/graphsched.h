@@ -489,6 +489,16 @@ void gs_cancel_token_free(struct gs_cancel_token *token);
 // No other thread frees `token` during this call.
 int32_t gs_cancel_token_cancel(const struct gs_cancel_token *token);
 
+// Makes a cancelled token usable for another run: not cancelled any more. Returns 1 if it was
+// cancelled, 0 if not, -1 (last error set) for a bad token. Reset a token between runs: a run
+// still using it may or may not see the cancellation that the reset undoes.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `token` during this call.
+int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
+
 // Number of inputs of the running node; 0 for a bad context.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
@@ -933,6 +943,13 @@ gs_status gs_simulate(const struct gs_graph *graph,
 //
 // Thread-safe: reads and writes only the calling thread's state.
 const char *gs_last_error_message(void);
+
+// Forgets the calling thread's last error: `gs_last_error_message()` gives "" until a call on
+// this thread fails again. Call it before a sequence of calls to tell a fresh message from a
+// stale one (only failures write the message; successes leave it).
+//
+// Thread-safe: reads and writes only the calling thread's state.
+void gs_clear_last_error(void);
 
 // The name of a status code, e.g. "GS_ERR_CYCLE"; "GS_UNKNOWN_STATUS" for other values.
 // The text is static.

@@ -120,12 +120,13 @@ pub struct RunOptions<'a> {
     pub deadline: Option<Instant>,
 }
 
-/// Stops runs from another thread. One token may serve many runs; once cancelled it stays so.
+/// Stops runs from another thread. One token may serve many runs; once cancelled it stays so
+/// until [`reset`](Self::reset).
 #[derive(Debug, Default)]
 pub struct CancelToken {
-    /// Set once, never cleared. The swap that sets it is AcqRel so exactly one caller sees
-    /// `false` (and reports that it cancelled); runs read it with Acquire between nodes, and
-    /// nothing else is published through it.
+    /// Set by `cancel`, cleared only by `reset` (between runs). The swap that sets it is AcqRel
+    /// so exactly one caller sees `false` (and reports that it cancelled); runs read it with
+    /// Acquire between nodes, and nothing else is published through it.
     cancelled: std::sync::atomic::AtomicBool,
 }
 
@@ -138,6 +139,12 @@ impl CancelToken {
     /// Cancels; true for the call that did it, false if the token was cancelled already.
     pub fn cancel(&self) -> bool {
         !self.cancelled.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// Makes the token usable for another run; true if it was cancelled. Between runs: a run
+    /// still using it may or may not see the cancellation that this undoes.
+    pub fn reset(&self) -> bool {
+        self.cancelled.swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Whether [`cancel`](Self::cancel) has been called, by any thread.

@@ -69,3 +69,22 @@ pub unsafe extern "C" fn gs_cancel_token_cancel(token: *const gs_cancel_token) -
     });
     result
 }
+
+/// Makes a cancelled token usable for another run: not cancelled any more. Returns 1 if it was
+/// cancelled, 0 if not, -1 (last error set) for a bad token. Reset a token between runs: a run
+/// still using it may or may not see the cancellation that the reset undoes.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `token` during this call.
+#[no_mangle]
+pub unsafe extern "C" fn gs_cancel_token_reset(token: *const gs_cancel_token) -> i32 {
+    let mut result = -1;
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        result = unsafe { handle_ref(token, "token") }?.token.reset() as i32;
+        Ok(())
+    });
+    result
+}

@@ -190,10 +190,13 @@ pub unsafe extern "C" fn gs_graph_add_node(
             ));
         }
         let max = GS_MAX_NODE_PORTS as usize;
+        // Errors name the node as well as the field.
+        let of_node = |e: FfiError| FfiError::new(e.status, format!("node '{name}': {}", e.message));
         // SAFETY: readable for that many elements by contract; NULL and absurd counts are reported.
-        let inputs = unsafe { slice_arg(d.inputs, d.num_inputs as usize, max, "desc.inputs") }?;
+        let inputs = unsafe { slice_arg(d.inputs, d.num_inputs as usize, max, "desc.inputs") }.map_err(of_node)?;
         // SAFETY: readable for that many elements by contract; NULL and absurd counts are reported.
-        let sizes = unsafe { slice_arg(d.output_sizes, d.num_outputs as usize, max, "desc.output_sizes") }?;
+        let sizes =
+            unsafe { slice_arg(d.output_sizes, d.num_outputs as usize, max, "desc.output_sizes") }.map_err(of_node)?;
         let kernel = CKernel {
             f: kernel,
             user_data: d.user_data,

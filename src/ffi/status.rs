@@ -183,6 +183,16 @@ pub extern "C" fn gs_last_error_message() -> *const c_char {
         .unwrap_or(c"".as_ptr())
 }
 
+/// Forgets the calling thread's last error: `gs_last_error_message()` gives "" until a call on
+/// this thread fails again. Call it before a sequence of calls to tell a fresh message from a
+/// stale one (only failures write the message; successes leave it).
+///
+/// Thread-safe: reads and writes only the calling thread's state.
+#[no_mangle]
+pub extern "C" fn gs_clear_last_error() {
+    let _ = LAST_ERROR.try_with(|slot| *slot.borrow_mut() = CString::default());
+}
+
 /// The name of a status code, e.g. "GS_ERR_CYCLE"; "GS_UNKNOWN_STATUS" for other values.
 /// The text is static.
 ///

@@ -76,6 +76,7 @@ pub(super) fn graph_building(s: &mut Spec) {
         "an unknown node flag": gs_graph_add_node(g, &bad_flags, null_mut()) => GS_ERR_INVALID_ARGUMENT, "flag";
         "more inputs than a node may have":
             gs_graph_add_node(g, &too_many, null_mut()) => GS_ERR_INVALID_ARGUMENT, "desc.inputs";
+        "and the message names the node": super::last_error().starts_with("node 'many': ") => is true;
         "an empty node name":
             gs_graph_add_node(g, &desc(c"", Some(fill_kernel), &[], &[8], 0), null_mut()) => GS_ERR_EMPTY_NAME, "empty";
         "a node named 'a'": gs_graph_add_node(g, &desc(c"a", Some(fill_kernel), &[], &[8], 0), null_mut()) => GS_OK, "";
@@ -389,8 +390,15 @@ pub(super) fn cancel_tokens(s: &mut Spec) {
     spec! { s;
         "a run given a cancelled token": gs_run(g, pool, &cancelled, &mut r) => GS_ERR_CANCELLED, "cancelled";
         "a cancelled run gives every buffer back": live_bytes(pool) => is 0;
+        "a reset of the cancelled token": gs_cancel_token_reset(token) => returns 1, "";
+        "a second reset finds it not cancelled": gs_cancel_token_reset(token) => returns 0, "";
+        "a run given the reset token": gs_run(g, pool, &cancelled, &mut r) => GS_OK, "";
+        "its result is freed": gs_result_free(r) => returns (), "";
         "the token is freed": gs_cancel_token_free(token) => returns (), "";
         "a freed token is refused": gs_cancel_token_cancel(token) => returns -1, "freed";
+        "a freed token cannot be reset": gs_cancel_token_reset(token) => returns -1, "freed";
+        "clearing the last error": gs_clear_last_error() => is ();
+        "leaves no message until the next failure": super::last_error() => is String::new();
         "a freed token in the run options": gs_run(g, pool, &cancelled, &mut r) => GS_ERR_INVALID_HANDLE, "'options.cancel'";
         "freeing a NULL token does nothing": gs_cancel_token_free(null_mut()) => returns (), "";
     }
