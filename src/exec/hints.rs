@@ -21,8 +21,11 @@
 //!   ordering constraints (a node whose block reuses another value's bytes starts after that
 //!   value's readers), so every hinted block finds its bytes free there too. Runs under a memory
 //!   limit keep the graph's priorities (admission does not know the constraints): some blocks
-//!   then land elsewhere, by best fit. These hints are made again when the graph's priorities
-//!   change (learned durations), since they follow the schedule of the old ones.
+//!   then land elsewhere, by best fit. Graphs past 2,000 nodes take these hints without
+//!   constraints. The hints are made once per executor size, from the estimates of that first
+//!   run (a graph's first run on a second size borrows the nearest size's); when learned
+//!   durations change the graph's priorities, runs follow the new ones with the same
+//!   constraints (safe with any priorities).
 //!
 //! A value with a hint skips the thread's block cache, both ways: a cached block, taken from the
 //! arena in batches and kept across values, would sit where the hints need room.
@@ -34,15 +37,20 @@ use crate::graph::Graph;
 use crate::plan::{place_intervals, place_parallel_safe, place_scheduled};
 use crate::sched::Priorities;
 
-/// A graph's hints, made at the first run that needs each kind; executor runs' hints are made
-/// again when the graph's priorities change, if they came from a schedule of the old ones.
+/// A graph's hints, made at the first run that needs each kind.
 #[derive(Default)]
 pub(super) struct HintCache {
-    sequential: OnceLock<Hints>,
+    sequential: OnceLock<Arc<Hints>>,
     /// Whether the graph has a value that takes hints: runs of graphs without one skip the lock.
     any: OnceLock<bool>,
-    /// Per executor size seen (the latest `PARALLEL_KINDS`).
-    parallel: Mutex<Vec<Arc<Hints>>>,
+    /// Parallel-safe hints, for runs on any executor; `None` where they cost too much.
+    safe: OnceLock<Option<Arc<Hints>>>,
+    /// Hints along a schedule, per executor size seen (the latest `PARALLEL_KINDS`), for graphs
+    /// whose parallel-safe hints cost too much.
+    scheduled: Mutex<Vec<Arc<Hints>>>,
+    /// Executor sizes that have run the graph: the second run on a size makes its hints, unless
+    /// it was the first size.
+    seen: Mutex<Vec<usize>>,
 }
 
 /// How many executor sizes a graph keeps hints for.
@@ -56,13 +64,15 @@ pub(super) struct Hints {
     pub offsets: Box<[u64]>,
     /// The bytes the placement spans.
     pub bytes: u64,
-    /// The executor's threads they were made for (0 for runs without one).
-    pub threads: usize,
-    /// Hints along a schedule: the priorities the schedule was simulated with, and those with
-    /// the ordering constraints that make every hinted block find its bytes free in any real
-    /// order (runs without a memory limit follow them). `None` for other hints.
-    pub basis: Option<Arc<Priorities>>,
-    pub priorities: Option<Arc<Priorities>>,
+    /// The executor's threads a schedule's hints were made for; 0 for other hints.
+    threads: usize,
+    /// Hints along a schedule: the ordering constraints that make every hinted block find its
+    /// bytes free in any real order (runs without a memory limit follow them); empty for other
+    /// hints.
+    constraints: Vec<(u32, u32)>,
+    /// The graph's priorities last seen with the constraints added: remade only when those
+    /// priorities change.
+    constrained: Mutex<Option<(Arc<Priorities>, Arc<Priorities>)>>,
 }
 
 pub(super) const NO_HINT: u64 = u64::MAX;
@@ -71,88 +81,132 @@ pub(super) const NO_HINT: u64 = u64::MAX;
 pub(super) fn sequential(graph: &Graph) -> Option<&Hints> {
     let hints = super::recycle::hint_cache(graph)
         .sequential
-        .get_or_init(|| make_hints(graph, None));
+        .get_or_init(|| Arc::new(make_hints(graph)));
     (hints.bytes > 0).then_some(hints)
 }
 
 /// The graph's [`Hints`] for runs on an executor of `threads` threads whose graph priorities
-/// are `prio` (see the module docs); `None` if it has no large value. Made once per executor
-/// size (a schedule, and its constraints, hold for one thread count), and again when hints
-/// along a schedule of older priorities meet new ones.
+/// are `prio` (see the module docs); `None` if it has no large value. Parallel-safe hints are
+/// made once; hints along a schedule once per executor size (a schedule, and its constraints,
+/// hold for one thread count): the first size at once, others at their second run.
 pub(super) fn parallel(graph: &Graph, threads: usize, prio: &Arc<Priorities>) -> Option<Arc<Hints>> {
     let cache = super::recycle::hint_cache(graph);
     if !*cache.any.get_or_init(|| sequential(graph).is_some()) {
         return None;
     }
-    let mut cached = super::state::lock(&cache.parallel);
-    let current = |h: &&Arc<Hints>| h.threads == threads && h.basis.as_ref().map_or(true, |b| Arc::ptr_eq(b, prio));
-    let hints = match cached.iter().find(current) {
-        Some(h) => h.clone(),
-        None => {
-            let h = Arc::new(make_hints(graph, Some((threads, prio))));
-            cached.retain(|old| old.threads != threads);
-            if cached.len() == PARALLEL_KINDS {
-                cached.remove(0);
-            }
-            cached.push(h.clone());
-            h
+    if let Some(safe) = cache.safe.get_or_init(|| parallel_safe(graph)) {
+        return Some(safe.clone());
+    }
+    let mut cached = super::state::lock(&cache.scheduled);
+    if let Some(h) = cached.iter().find(|h| h.threads == threads) {
+        return Some(h.clone());
+    }
+    // A schedule's hints cost a simulation and a placement per executor size. The first size
+    // makes its own at once (a first run commits the pool's memory); a graph's first run on
+    // another size borrows those of the nearest size (their constraints keep it safe, if not
+    // as tight), and its second run on that size makes its own.
+    let mut seen = super::state::lock(&cache.seen);
+    if !seen.contains(&threads) {
+        seen.push(threads);
+        if let Some(near) = cached.iter().min_by_key(|h| h.threads.abs_diff(threads)) {
+            return Some(near.clone());
         }
-    };
-    (hints.bytes > 0).then_some(hints)
+    }
+    drop(seen);
+    let h = Arc::new(along_schedule(graph, threads, prio));
+    if cached.len() == PARALLEL_KINDS {
+        cached.remove(0);
+    }
+    cached.push(h.clone());
+    Some(h)
 }
 
-/// Places the graph's large values: along the topological order, or for runs on an executor of
-/// `threads` threads by the parallel-safe rule where that costs little more
-/// (`PARALLEL_SAFE_SLACK`), else along the simulated schedule on those threads.
-fn make_hints(graph: &Graph, executor: Option<(usize, &Arc<Priorities>)>) -> Hints {
+impl Hints {
+    /// `prio` with these hints' ordering constraints, or `None` if they have none.
+    pub fn priorities(&self, prio: &Arc<Priorities>) -> Option<Arc<Priorities>> {
+        if self.constraints.is_empty() {
+            return None;
+        }
+        let mut last = super::state::lock(&self.constrained);
+        match &*last {
+            Some((basis, constrained)) if Arc::ptr_eq(basis, prio) => Some(constrained.clone()),
+            _ => {
+                let constrained = Arc::new(prio.constrained(&self.constraints));
+                *last = Some((prio.clone(), constrained.clone()));
+                Some(constrained)
+            }
+        }
+    }
+}
+
+/// The graph's large values (`HINT_MIN_BYTES` and up) and their bytes, rounded up to the grain.
+fn large_values(graph: &Graph) -> (Vec<u32>, Vec<u64>) {
     let hinted: Vec<u32> = static_values(graph)
         .into_iter()
         .filter(|&v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES))
         .collect();
-    let bytes: Vec<u64> = hinted
+    let bytes = hinted
         .iter()
         .map(|&v| graph.value_size(v).bytes().unwrap_or(0).next_multiple_of(GRAIN) as u64)
         .collect();
-    let position = graph.topological_positions();
-    let spans: Vec<(u32, u32)> = hinted.iter().map(|&v| lifetime(graph, position, v)).collect();
-    let sequential = place_intervals(bytes.clone(), &spans, HINT_SEARCH_WORK);
-    let (mut basis, mut priorities) = (None, None);
-    let (placed, total) = match executor {
-        None => sequential,
-        Some((threads, prio)) => {
-            let safe = (graph.node_count() <= PARALLEL_SAFE_MAX_NODES)
-                .then(|| place_parallel_safe(graph, &hinted, bytes.clone(), HINT_SEARCH_WORK))
-                .flatten();
-            match safe {
-                Some(safe) if safe.1 as f64 <= sequential.1 as f64 * PARALLEL_SAFE_SLACK => safe,
-                _ => match place_scheduled(
-                    graph,
-                    prio,
-                    &hinted,
-                    bytes,
-                    threads,
-                    HINT_SEARCH_WORK,
-                    PARALLEL_SAFE_MAX_NODES,
-                ) {
-                    Some(s) => {
-                        (basis, priorities) = (Some(prio.clone()), s.priorities);
-                        (s.offsets, s.bytes)
-                    }
-                    None => sequential,
-                },
-            }
-        }
-    };
+    (hinted, bytes)
+}
+
+/// Hints for these values at these offsets, spanning `bytes`.
+fn hints_of(graph: &Graph, hinted: &[u32], (placed, bytes): (Vec<u64>, u64)) -> Hints {
     let mut offsets = vec![NO_HINT; graph.value_count()];
     for (&v, &offset) in hinted.iter().zip(&placed) {
         offsets[v as usize] = offset;
     }
     Hints {
         offsets: offsets.into(),
-        bytes: total,
-        threads: executor.map_or(0, |e| e.0),
-        basis,
-        priorities,
+        bytes,
+        threads: 0,
+        constraints: Vec::new(),
+        constrained: Mutex::new(None),
+    }
+}
+
+/// Places the graph's large values along the topological order.
+fn make_hints(graph: &Graph) -> Hints {
+    let (hinted, bytes) = large_values(graph);
+    let position = graph.topological_positions();
+    let spans: Vec<(u32, u32)> = hinted.iter().map(|&v| lifetime(graph, position, v)).collect();
+    hints_of(graph, &hinted, place_intervals(bytes, &spans, HINT_SEARCH_WORK))
+}
+
+/// Places the graph's large values by the parallel-safe rule, if that costs at most
+/// `PARALLEL_SAFE_SLACK` times the sequential placement (and the graph is small enough).
+fn parallel_safe(graph: &Graph) -> Option<Arc<Hints>> {
+    if graph.node_count() > PARALLEL_SAFE_MAX_NODES {
+        return None;
+    }
+    let (hinted, bytes) = large_values(graph);
+    let sequential = sequential(graph).map_or(0, |h| h.bytes);
+    let safe = place_parallel_safe(graph, &hinted, bytes, HINT_SEARCH_WORK)?;
+    (safe.1 as f64 <= sequential as f64 * PARALLEL_SAFE_SLACK).then(|| Arc::new(hints_of(graph, &hinted, safe)))
+}
+
+/// Places the graph's large values along the simulated schedule on `threads` threads, with the
+/// constraints that keep the placement safe (up to `PARALLEL_SAFE_MAX_NODES` nodes); the
+/// sequential placement if the simulation fails.
+fn along_schedule(graph: &Graph, threads: usize, prio: &Priorities) -> Hints {
+    let (hinted, bytes) = large_values(graph);
+    match place_scheduled(
+        graph,
+        prio,
+        &hinted,
+        bytes,
+        threads,
+        HINT_SEARCH_WORK / 10,
+        PARALLEL_SAFE_MAX_NODES,
+    ) {
+        Some(s) => Hints {
+            threads,
+            constraints: s.constraints,
+            ..hints_of(graph, &hinted, (s.offsets, s.bytes))
+        },
+        None => make_hints(graph),
     }
 }
 

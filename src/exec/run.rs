@@ -319,12 +319,13 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     };
     // A scheduled plan's runs follow its priorities: the graph's, with its ordering constraints;
     // so do runs on hints along a schedule, unless a memory limit's admission is in charge.
-    let prio = match (
-        plan.and_then(Plan::scheduled),
-        hints.and_then(|h| h.priorities.as_ref()),
-    ) {
+    let constrained = match (hints, options.memory_limit_bytes) {
+        (Some(h), 0) => h.priorities(&graph_prio),
+        _ => None,
+    };
+    let prio = match (plan.and_then(Plan::scheduled), constrained) {
         (Some(s), _) => s.priorities.clone(),
-        (None, Some(p)) if options.memory_limit_bytes == 0 => p.clone(),
+        (None, Some(p)) => p,
         _ => graph_prio,
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));

@@ -529,10 +529,10 @@ pub(crate) struct ScheduledPlacement {
     pub offsets: Vec<u64>,
     /// The bytes the placement spans.
     pub bytes: u64,
-    /// `prio` with the ordering constraints that make the placement's sharing safe in any real
-    /// order (as a scheduled plan's); `None` when the graph is past `constrain_up_to` nodes
-    /// (reachability and pairs of values sharing bytes grow with its square) or needs none.
-    pub priorities: Option<Arc<Priorities>>,
+    /// The ordering constraints that make the placement's sharing safe in any real order (as a
+    /// scheduled plan's); none when the graph is past `constrain_up_to` nodes (reachability and
+    /// pairs of values sharing bytes grow with its square).
+    pub constraints: Vec<(u32, u32)>,
 }
 
 /// Offsets for `values` (statically sized, of `bytes` each) along their lifetimes in the
@@ -550,23 +550,22 @@ pub(crate) fn place_scheduled(
     let schedule = Schedule::simulate(graph, prio, threads).ok()?;
     let spans: Vec<(u32, u32)> = values.iter().map(|&v| schedule.lifetime(graph, v)).collect();
     let (placed, total) = place_intervals(bytes.clone(), &spans, search_work);
-    let priorities = (graph.node_count() <= constrain_up_to.min(MAX_PARALLEL_SAFE_NODES))
-        .then(|| {
-            let mut offsets = vec![None; graph.value_count()];
-            let mut lifetimes = vec![(0, 0); graph.value_count()];
-            let mut size = vec![0; graph.value_count()];
-            for (i, &v) in values.iter().enumerate() {
-                (offsets[v as usize], lifetimes[v as usize], size[v as usize]) = (Some(placed[i]), spans[i], bytes[i]);
-            }
-            let reach = Ancestors::of_graph(graph);
-            scheduled::constraints(graph, &reach, &lifetimes, &offsets, |v| size[v as usize], |_, _| false)
-        })
-        .filter(|edges| !edges.is_empty())
-        .map(|edges| Arc::new(prio.constrained(&edges)));
+    let constraints = if graph.node_count() <= constrain_up_to.min(MAX_PARALLEL_SAFE_NODES) {
+        let mut offsets = vec![None; graph.value_count()];
+        let mut lifetimes = vec![(0, 0); graph.value_count()];
+        let mut size = vec![0; graph.value_count()];
+        for (i, &v) in values.iter().enumerate() {
+            (offsets[v as usize], lifetimes[v as usize], size[v as usize]) = (Some(placed[i]), spans[i], bytes[i]);
+        }
+        let reach = Ancestors::of_graph(graph);
+        scheduled::constraints(graph, &reach, &lifetimes, &offsets, |v| size[v as usize], |_, _| false)
+    } else {
+        Vec::new()
+    };
     Some(ScheduledPlacement {
         offsets: placed,
         bytes: total,
-        priorities,
+        constraints,
     })
 }
 
