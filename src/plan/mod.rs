@@ -40,10 +40,12 @@
 //! ```
 
 mod place;
+mod placements;
 mod scheduled;
 
 use std::sync::{Arc, Weak};
 
+pub(crate) use placements::{place_intervals, place_parallel_safe, place_scheduled};
 use scheduled::Schedule;
 pub use scheduled::Scheduled;
 
@@ -51,7 +53,6 @@ use crate::error::{err, ErrorKind, Result};
 use crate::graph::memory::{lifetime, readers, static_values, LiveOrder};
 use crate::graph::reach::Ancestors;
 use crate::graph::Graph;
-use crate::sched::Priorities;
 
 /// Alignment of every planned value's offset (and so of its address: arenas are 64-aligned).
 pub const PLAN_ALIGNMENT: usize = 16;
@@ -482,93 +483,6 @@ fn aligned(bytes: u64) -> u64 {
     bytes.next_multiple_of(PLAN_ALIGNMENT as u64)
 }
 
-/// Offsets for blocks of `bytes` live over `spans` (inclusive steps of one order), no two that
-/// are live at once sharing a byte, and the bytes they need: the placement of sequential plans
-/// (greedy orders, then up to `search_work` of search; see `place.rs`), for callers that place
-/// blocks of their own.
-pub(crate) fn place_intervals(bytes: Vec<u64>, spans: &[(u32, u32)], search_work: usize) -> (Vec<u64>, u64) {
-    let bound = place::lower_bound(&bytes, spans);
-    let groups = place::Groups::of_intervals(bytes, spans);
-    let offsets = place::place(&groups, spans, bound, search_work);
-    let arena = (0..offsets.len())
-        .map(|g| offsets[g] + groups.bytes[g])
-        .max()
-        .unwrap_or(0);
-    (offsets, arena)
-}
-
-/// Offsets for `values` (statically sized, of `bytes` each), no two that may be live at once in
-/// any order an executor picks sharing a byte (the parallel-safe rule), and the bytes they need;
-/// `None` past [`MAX_PARALLEL_SAFE_NODES`] nodes. For callers that place blocks of their own.
-pub(crate) fn place_parallel_safe(
-    graph: &Graph,
-    values: &[u32],
-    bytes: Vec<u64>,
-    search_work: usize,
-) -> Option<(Vec<u64>, u64)> {
-    if graph.node_count() > MAX_PARALLEL_SAFE_NODES {
-        return None;
-    }
-    let reach = Ancestors::of_graph(graph);
-    let position = graph.topological_positions();
-    let spans: Vec<(u32, u32)> = values.iter().map(|&v| lifetime(graph, position, v)).collect();
-    let clash = |a: usize, b: usize| !disjoint(&reach, graph, values[a], values[b]);
-    let bound = place::lower_bound(&bytes, &spans);
-    let groups = place::Groups::new(bytes, &|_, _| true, &clash);
-    let offsets = place::place(&groups, &spans, bound, search_work);
-    let arena = (0..offsets.len())
-        .map(|g| offsets[g] + groups.bytes[g])
-        .max()
-        .unwrap_or(0);
-    Some((offsets, arena))
-}
-
-/// A placement along a simulated schedule, for callers that place blocks of their own.
-pub(crate) struct ScheduledPlacement {
-    /// Per value given: its offset.
-    pub offsets: Vec<u64>,
-    /// The bytes the placement spans.
-    pub bytes: u64,
-    /// The ordering constraints that make the placement's sharing safe in any real order (as a
-    /// scheduled plan's); none when the graph is past `constrain_up_to` nodes (reachability and
-    /// pairs of values sharing bytes grow with its square).
-    pub constraints: Vec<(u32, u32)>,
-}
-
-/// Offsets for `values` (statically sized, of `bytes` each) along their lifetimes in the
-/// simulated schedule on `threads` threads under `prio` (a scheduled plan's placement), the
-/// bytes they need, and the constraints that make it safe. `None` if the simulation fails.
-pub(crate) fn place_scheduled(
-    graph: &Graph,
-    prio: &Priorities,
-    values: &[u32],
-    bytes: Vec<u64>,
-    threads: usize,
-    search_work: usize,
-    constrain_up_to: usize,
-) -> Option<ScheduledPlacement> {
-    let schedule = Schedule::simulate(graph, prio, threads).ok()?;
-    let spans: Vec<(u32, u32)> = values.iter().map(|&v| schedule.lifetime(graph, v)).collect();
-    let (placed, total) = place_intervals(bytes.clone(), &spans, search_work);
-    let constraints = if graph.node_count() <= constrain_up_to.min(MAX_PARALLEL_SAFE_NODES) {
-        let mut offsets = vec![None; graph.value_count()];
-        let mut lifetimes = vec![(0, 0); graph.value_count()];
-        let mut size = vec![0; graph.value_count()];
-        for (i, &v) in values.iter().enumerate() {
-            (offsets[v as usize], lifetimes[v as usize], size[v as usize]) = (Some(placed[i]), spans[i], bytes[i]);
-        }
-        let reach = Ancestors::of_graph(graph);
-        scheduled::constraints(graph, &reach, &lifetimes, &offsets, |v| size[v as usize], |_, _| false)
-    } else {
-        Vec::new()
-    };
-    Some(ScheduledPlacement {
-        offsets: placed,
-        bytes: total,
-        constraints,
-    })
-}
-
 /// Whether value `x`'s whole life ends before value `y` is produced, whatever the order.
 fn ends_before(reach: &Ancestors, graph: &Graph, x: u32, y: u32) -> bool {
     if graph.is_graph_output(x) {
@@ -588,80 +502,4 @@ fn disjoint(reach: &Ancestors, graph: &Graph, x: u32, y: u32) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::graph::{GraphBuilder, NodeDesc, ValueRef};
-
-    /// src -> (x, y) -> join: x and y are live together at join.
-    fn diamond() -> Arc<Graph> {
-        let mut b = GraphBuilder::new();
-        let node = |name: &str| NodeDesc::new(name, "Op", Box::new(|_| Ok(())));
-        let src = b.add_node(node("src").output(256)).unwrap();
-        let x = b.add_node(node("x").input(ValueRef::new(src, 0)).output(128)).unwrap();
-        let y = b.add_node(node("y").input(ValueRef::new(src, 0)).output(128)).unwrap();
-        let join = b
-            .add_node(
-                node("join")
-                    .input(ValueRef::new(x, 0))
-                    .input(ValueRef::new(y, 0))
-                    .output(64),
-            )
-            .unwrap();
-        b.mark_output(ValueRef::new(join, 0)).unwrap();
-        Arc::new(b.finalize().unwrap())
-    }
-
-    #[test]
-    fn the_verifier_catches_a_broken_plan() {
-        let graph = diamond();
-        let mut plan = Plan::new(&graph, Mode::ParallelSafe).unwrap();
-        plan.verify().unwrap();
-        // Put every value at offset 0: values live at once now overlap.
-        for o in plan.offsets.iter_mut().flatten() {
-            *o = 0;
-        }
-        let e = plan.verify().unwrap_err();
-        assert!(e.message().contains("share bytes"), "{e}");
-        drop(graph);
-        let e = plan.verify().unwrap_err();
-        assert!(e.message().contains("was dropped"), "{e}");
-    }
-
-    #[test]
-    fn a_graph_with_too_many_values_live_at_once_is_refused_with_a_sentence() {
-        // 4,100 values live at once, each conflicting with every other: 16.8 million entries.
-        let mut b = GraphBuilder::new();
-        let node = |name: String| NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(64);
-        let src = b.add_node(node("src".into())).unwrap();
-        let wide: Vec<u32> = (0..4100)
-            .map(|i| b.add_node(node(format!("w{i}")).input(ValueRef::new(src, 0))).unwrap())
-            .collect();
-        let mut join = node("join".into());
-        for chunk in wide.chunks(crate::graph::MAX_NODE_PORTS) {
-            let mut part = node(format!("part{}", chunk[0]));
-            for &w in chunk {
-                part = part.input(ValueRef::new(w, 0));
-            }
-            join = join.input(ValueRef::new(b.add_node(part).unwrap(), 0));
-        }
-        let join = b.add_node(join).unwrap();
-        b.mark_output(ValueRef::new(join, 0)).unwrap();
-        let graph = Arc::new(b.finalize().unwrap());
-        let e = Plan::new(&graph, Mode::Sequential(Order::Topological)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        assert!(e.message().contains("may be live at once"), "{e}");
-    }
-
-    #[test]
-    fn a_plan_names_both_graphs_when_given_another() {
-        let (a, b) = (diamond(), diamond());
-        let plan = Plan::new(&a, Mode::Sequential(Order::Topological)).unwrap();
-        plan.check_graph(&a).unwrap();
-        let e = plan.check_graph(&b).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        assert!(
-            e.message().contains(&format!("graph #{}", a.id())) && e.message().contains(&format!("graph #{}", b.id())),
-            "{e}"
-        );
-    }
-}
+mod tests;
