@@ -411,6 +411,27 @@ impl Plan {
         let planned: Vec<u32> = (0..graph.value_count() as u32)
             .filter(|&v| self.offsets[v as usize].is_some())
             .collect();
+        // A scheduled plan's order must be a topological order of the graph with its
+        // constraints: runs without an executor follow it, and the reachability below assumes it.
+        if let Some(s) = &self.scheduled {
+            for &u in &self.order {
+                if let Some(&v) = s
+                    .priorities
+                    .successors(u)
+                    .iter()
+                    .find(|&&v| position[v as usize] <= position[u as usize])
+                {
+                    return err(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "the plan's order runs node '{}' before '{}', which must wait for it",
+                            graph.node_name(v),
+                            graph.node_name(u)
+                        ),
+                    );
+                }
+            }
+        }
         // Parallel-safe: the graph's order; scheduled: the graph's with the constraints, which
         // the plan's start order is a topological order of.
         let reach = match (&self.mode, &self.scheduled) {

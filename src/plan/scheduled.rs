@@ -188,6 +188,15 @@ mod tests {
         scheduled.priorities = Arc::new(graph.priorities().constrained(&[]));
         let e = plan.verify().unwrap_err();
         assert!(e.message().contains("share bytes"), "{e}");
+        // An order that runs b1 before a2 breaks the constraint it needs.
+        let mut plan = Plan::new(&graph, Mode::Scheduled { threads: 1 }).unwrap();
+        let (i, j) = (
+            plan.order.iter().position(|&v| v == a2).unwrap(),
+            plan.order.iter().position(|&v| v == b1).unwrap(),
+        );
+        plan.order.swap(i, j);
+        let e = plan.verify().unwrap_err();
+        assert!(e.message().contains("runs node 'b1' before 'a2'"), "{e}");
         let e = Plan::new(&graph, Mode::Scheduled { threads: 0 }).unwrap_err();
         assert_eq!(e.message(), "a scheduled plan needs at least 1 thread");
     }
