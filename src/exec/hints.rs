@@ -45,12 +45,10 @@ pub(super) struct HintCache {
     any: OnceLock<bool>,
     /// Parallel-safe hints, for runs on any executor; `None` where they cost too much.
     safe: OnceLock<Option<Arc<Hints>>>,
-    /// Hints along a schedule, per executor size seen (the latest `PARALLEL_KINDS`), for graphs
-    /// whose parallel-safe hints cost too much.
-    scheduled: Mutex<Vec<Arc<Hints>>>,
-    /// Executor sizes that have run the graph: the second run on a size makes its hints, unless
-    /// it was the first size.
-    seen: Mutex<Vec<usize>>,
+    /// For graphs whose parallel-safe hints cost too much: hints along a schedule per executor
+    /// size (the latest `PARALLEL_KINDS`), and the sizes that have run the graph (the second
+    /// run on a size makes its hints, unless it was the first size).
+    scheduled: Mutex<(Vec<Arc<Hints>>, Vec<usize>)>,
 }
 
 /// How many executor sizes a graph keeps hints for.
@@ -97,7 +95,8 @@ pub(super) fn parallel(graph: &Graph, threads: usize, prio: &Arc<Priorities>) ->
     if let Some(safe) = cache.safe.get_or_init(|| parallel_safe(graph)) {
         return Some(safe.clone());
     }
-    let mut cached = super::state::lock(&cache.scheduled);
+    let mut guard = super::state::lock(&cache.scheduled);
+    let (cached, seen) = &mut *guard;
     if let Some(h) = cached.iter().find(|h| h.threads == threads) {
         return Some(h.clone());
     }
@@ -105,14 +104,12 @@ pub(super) fn parallel(graph: &Graph, threads: usize, prio: &Arc<Priorities>) ->
     // makes its own at once (a first run commits the pool's memory); a graph's first run on
     // another size borrows those of the nearest size (their constraints keep it safe, if not
     // as tight), and its second run on that size makes its own.
-    let mut seen = super::state::lock(&cache.seen);
     if !seen.contains(&threads) {
         seen.push(threads);
         if let Some(near) = cached.iter().min_by_key(|h| h.threads.abs_diff(threads)) {
             return Some(near.clone());
         }
     }
-    drop(seen);
     let h = Arc::new(along_schedule(graph, threads, prio));
     if cached.len() == PARALLEL_KINDS {
         cached.remove(0);

@@ -145,32 +145,31 @@ impl Plan {
             Mode::Scheduled { threads: 0 } => {
                 return err(ErrorKind::InvalidArgument, "a scheduled plan needs at least 1 thread")
             }
-            Mode::Scheduled { threads } => Some(Schedule::simulate(graph, &prio, threads)?),
+            Mode::Scheduled { threads } => Some((threads, Schedule::simulate(graph, &prio, threads)?)),
             _ => None,
         };
-        // The memory-aware order keeps the graph's own order when that one is better.
-        let LiveOrder {
-            order,
-            position,
-            peak: mut max_live_bytes,
-            ..
-        } = match (mode, &schedule) {
-            (Mode::Sequential(Order::MemoryAware), _) => graph.lowest_live_order().clone(),
-            (_, Some(s)) => LiveOrder::of(graph, s.order.clone()),
-            _ => LiveOrder::of(graph, graph.topological_order().to_vec()),
+        // Lifetimes along an order (the memory-aware one keeps the graph's own order when that
+        // one is better), or along the schedule; positions serve the in-place rule of
+        // sequential plans only.
+        let (order, position, lifetimes, max_live_bytes) = match &schedule {
+            Some((_, s)) => {
+                let lifetimes: Vec<(u32, u32)> = values.iter().map(|&v| s.lifetime(graph, v)).collect();
+                // The most bytes live at once in the schedule: no placement of it needs less.
+                let sizes: Vec<u64> = values.iter().map(|&v| size(graph, v)).collect();
+                let peak = place::lower_bound(&sizes, &lifetimes);
+                (s.order.clone(), Vec::new(), lifetimes, peak)
+            }
+            None => {
+                let LiveOrder {
+                    order, position, peak, ..
+                } = match mode {
+                    Mode::Sequential(Order::MemoryAware) => graph.lowest_live_order().clone(),
+                    _ => LiveOrder::of(graph, graph.topological_order().to_vec()),
+                };
+                let lifetimes = values.iter().map(|&v| lifetime(graph, &position, v)).collect();
+                (order, position, lifetimes, peak)
+            }
         };
-        let lifetimes: Vec<(u32, u32)> = values
-            .iter()
-            .map(|&v| match &schedule {
-                Some(s) => s.lifetime(graph, v),
-                None => lifetime(graph, &position, v),
-            })
-            .collect();
-        if schedule.is_some() {
-            // The most bytes live at once in the schedule: no placement of its lifetimes needs less.
-            let sizes: Vec<u64> = values.iter().map(|&v| size(graph, v)).collect();
-            max_live_bytes = place::lower_bound(&sizes, &lifetimes);
-        }
         // Parallel-safe conflicts come from reachability; the in-place rule uses it in both
         // parallel modes, and scheduled plans need it for their constraints.
         let reach = (!matches!(mode, Mode::Sequential(_))).then(|| Ancestors::of_graph(graph));
@@ -295,7 +294,7 @@ impl Plan {
             alias_of,
             scheduled: None,
         };
-        if let (Some(schedule), Some(reach)) = (schedule, reach) {
+        if let (Some((threads, schedule)), Some(reach)) = (schedule, reach) {
             let mut by_value = vec![(0, 0); graph.value_count()];
             for (i, &v) in values.iter().enumerate() {
                 by_value[v as usize] = lifetimes[i];
@@ -309,10 +308,6 @@ impl Plan {
                 |a, b| plan.group_of(a) == plan.group_of(b),
             );
             let priorities = Arc::new(prio.constrained(&constraints));
-            let threads = match mode {
-                Mode::Scheduled { threads } => threads,
-                _ => unreachable!("only scheduled plans have a schedule"),
-            };
             let options = crate::sim::SimOptions {
                 threads,
                 ..Default::default()

@@ -40,8 +40,11 @@ impl Priorities {
             succ.extend(extra(v));
             succ_by_level.extend_from_slice(&self.succ_by_level[own]);
             succ_by_level.extend(extra(v));
-            succ[from..].sort_by_key(|&s| self.rank[s as usize]);
-            succ_by_level[from..].sort_by_key(|&s| self.rank_by_level[s as usize]);
+            // The graph's lists are in order already: only those that grew need a sort.
+            if extra_start[v] != extra_start[v + 1] {
+                succ[from..].sort_by_key(|&s| self.rank[s as usize]);
+                succ_by_level[from..].sort_by_key(|&s| self.rank_by_level[s as usize]);
+            }
             succ_start.push(succ.len() as u32);
         }
         let roots = self
