@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Every test, on a fresh machine: Rust unit and integration tests (the header check among them),
+# a real ONNX model run with ONNX Runtime's kernels and checked bit for bit (scripts/onnx.sh),
 # then the CMake build and ctest (C/C++ examples against the shared and static library, the
 # exported-symbol check, and the find_package, add_subdirectory and pkg-config consumers; the
 # examples again under valgrind memcheck and built with ASan/UBSan: labels `valgrind`, `asan`).
@@ -13,6 +14,9 @@ cargo test --locked --workspace
 
 echo "== clippy: no warning, and every unsafe block states why it is sound"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
+
+echo "== ONNX: the classifier run by graphsched with ONNX Runtime's own kernels, bit for bit"
+GS_ONNX_PROFILE=dev bash scripts/onnx.sh --self-test
 
 echo "== cmake build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

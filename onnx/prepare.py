@@ -1,0 +1,222 @@
+"""Prepare an ONNX model for graphsched: one small model per node, and a manifest.
+
+Steps (each says which node is at fault when it cannot go on):
+1. fix the graph input's shape (--input-shape) and turn Constant nodes into initializers;
+2. let ONNX Runtime optimize it at the highest level that saves to a file (this also folds the
+   shape subgraphs, which a fixed input shape makes constant);
+3. run the optimized model once per random input, every intermediate value an output, to learn
+   each value's element type and shape; a value whose shape differs between two inputs depends
+   on the data, and blocks the split;
+4. write each node as a model of its own (its weights inside) and manifest.json, which the
+   graphsched-onnx program reads.
+
+Usage: prepare.py MODEL.onnx OUT_DIR [--input-shape 1x3x640x640]
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+import onnxruntime as ort
+
+ort.set_default_logger_severity(3)  # the NCHWc warning when saving: expected, the model runs here
+
+
+def fail(message):
+    print(f"prepare.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def graph_inputs(graph):
+    initializers = {i.name for i in graph.initializer}
+    return [i for i in graph.input if i.name not in initializers]
+
+
+def fix_input_shape(model, shape_text):
+    inputs = graph_inputs(model.graph)
+    if len(inputs) != 1:
+        fail(f"the model has {len(inputs)} inputs; only models with one input are supported")
+    dims = inputs[0].type.tensor_type.shape.dim
+    if shape_text:
+        shape = [int(d) for d in shape_text.lower().split("x")]
+        if len(shape) != len(dims):
+            fail(f"input {inputs[0].name!r} has {len(dims)} dimensions, --input-shape gives {len(shape)}")
+        for dim, size in zip(dims, shape):
+            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
+                fail(f"input {inputs[0].name!r} fixes a dimension at {dim.dim_value}, --input-shape says {size}")
+            dim.Clear()
+            dim.dim_value = size
+    missing = [i for i, d in enumerate(dims) if d.dim_value <= 0]
+    if missing:
+        fail(f"input {inputs[0].name!r} has dynamic dimensions {missing}; give --input-shape")
+
+
+def constants_to_initializers(graph):
+    kept = []
+    for node in graph.node:
+        value = [a for a in node.attribute if a.name == "value"]
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and value:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(value[0].t)
+            tensor.name = node.output[0]
+            graph.initializer.append(tensor)
+        else:
+            kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
+
+
+def optimize(fixed_path, out_dir):
+    """Optimized model at the highest level ONNX Runtime saves and loads back; its path and level."""
+    levels = [
+        ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        ("extended", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+        ("basic", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+    ]
+    errors = []
+    for name, level in levels:
+        path = os.path.join(out_dir, "prepared.onnx")
+        try:
+            options = ort.SessionOptions()
+            options.graph_optimization_level = level
+            options.optimized_model_filepath = path
+            ort.InferenceSession(fixed_path, options, providers=["CPUExecutionProvider"])
+            check = ort.SessionOptions()
+            check.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            ort.InferenceSession(path, check, providers=["CPUExecutionProvider"])
+            return path, name
+        except Exception as e:  # the next level down may save where this one cannot
+            errors.append(f"{name}: {e}")
+    fail("ONNX Runtime could not optimize and save the model: " + "; ".join(errors))
+
+
+def learn_values(model, input_name, input_shape, input_dtype):
+    """Element type and shape of every node output, checked on two different inputs."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {o.name for o in probe.graph.output}
+    for node in probe.graph.node:
+        for name in node.output:
+            if name and name not in outputs:
+                probe.graph.output.append(onnx.ValueInfoProto(name=name))
+                outputs.add(name)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    seen = []
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal(input_shape).astype(input_dtype)
+        results = session.run(names, {input_name: x})
+        seen.append({n: (r.dtype, r.shape) for n, r in zip(names, results)})
+    producer = {o: n for n in model.graph.node for o in n.output}
+    for name in names:
+        if seen[0][name] != seen[1][name]:
+            node = producer.get(name)
+            who = f"node {node.name!r} ({node.op_type})" if node else f"value {name!r}"
+            fail(f"{who} gives {name!r} a shape that depends on the input data "
+                 f"({seen[0][name][1]} vs {seen[1][name][1]}): the model cannot be split into static nodes")
+    return seen[0]
+
+
+def value_info(name, dtype, shape):
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape))
+
+
+def split(model, values, out_dir):
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    input_names = {i.name for i in graph_inputs(graph)}
+    os.makedirs(os.path.join(out_dir, "nodes"), exist_ok=True)
+    nodes = []
+    for index, node in enumerate(graph.node):
+        name = node.name or f"node{index}"
+        for attribute in node.attribute:
+            if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                fail(f"node {name!r} ({node.op_type}) has a subgraph in attribute {attribute.name!r}: "
+                     "control flow cannot be split into single-node models")
+        ins, weights, seen = [], [], set()
+        for value in node.input:
+            if not value or value in seen:
+                continue
+            seen.add(value)
+            if value in initializers:
+                weights.append(initializers[value])
+            elif value in values or value in input_names:
+                ins.append(value)
+            else:
+                fail(f"node {name!r} ({node.op_type}) reads {value!r}, which nothing produces")
+        single = helper.make_graph(
+            [node], name,
+            [value_info(v, *values[v]) for v in ins],
+            [value_info(v, *values[v]) for v in node.output if v],
+            initializer=weights)
+        part = helper.make_model(single, opset_imports=model.opset_import, ir_version=model.ir_version)
+        file = os.path.join("nodes", f"{index:04}.onnx")
+        onnx.save(part, os.path.join(out_dir, file))
+        nodes.append({
+            "name": name, "op": node.op_type, "domain": node.domain, "file": file,
+            "inputs": list(node.input), "outputs": list(node.output),
+        })
+    return nodes
+
+
+def tensor_entry(name, dtype, shape):
+    dtype = np.dtype(dtype)
+    return {
+        "name": name,
+        "elem_type": int(helper.np_dtype_to_tensor_dtype(dtype)),
+        "elem_bytes": dtype.itemsize,
+        "shape": [int(d) for d in shape],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("out_dir")
+    parser.add_argument("--input-shape", default="")
+    args = parser.parse_args()
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    model = onnx.load(args.model)
+    fix_input_shape(model, args.input_shape)
+    constants_to_initializers(model.graph)
+    fixed_path = os.path.join(args.out_dir, "fixed.onnx")
+    onnx.save(model, fixed_path)
+
+    prepared_path, level = optimize(fixed_path, args.out_dir)
+    prepared = onnx.load(prepared_path)
+    (graph_input,) = graph_inputs(prepared.graph)
+    in_shape = [d.dim_value for d in graph_input.type.tensor_type.shape.dim]
+    in_dtype = helper.tensor_dtype_to_np_dtype(graph_input.type.tensor_type.elem_type)
+    values = learn_values(prepared, graph_input.name, in_shape, in_dtype)
+    values[graph_input.name] = (in_dtype, tuple(in_shape))
+    nodes = split(prepared, values, args.out_dir)
+
+    produced = {o for n in prepared.graph.node for o in n.output if o}
+    manifest = {
+        "model": os.path.basename(args.model),
+        "optimization": level,
+        "prepared": "prepared.onnx",
+        "weights_bytes": sum(numpy_helper.to_array(i).nbytes for i in prepared.graph.initializer),
+        "inputs": [tensor_entry(graph_input.name, *values[graph_input.name])],
+        "outputs": [o.name for o in prepared.graph.output],
+        "values": [tensor_entry(v, *values[v]) for v in sorted(produced)],
+        "nodes": nodes,
+    }
+    for o in manifest["outputs"]:
+        if o not in produced:
+            fail(f"graph output {o!r} is not produced by a node (a weight or the input itself)")
+    with open(os.path.join(args.out_dir, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"prepared {args.model}: {len(nodes)} nodes (optimization level {level}) in {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

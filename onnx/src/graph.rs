@@ -1,0 +1,287 @@
+//! A prepared ONNX model as a graphsched graph, built through the C ABI an engine links against:
+//! one graphsched node per ONNX node, whose kernel is a C callback that runs the node's own
+//! ONNX Runtime session on tensors wrapping graphsched's buffers (zero copy both ways).
+
+use crate::manifest::{Manifest, TensorInfo};
+use crate::ort_api::{Runtime, Session, SessionConfig};
+use graphsched::ffi::*;
+use graphsched::{GraphInfo, SimResult, Tensor, ValueRef};
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr, CString};
+
+/// A graph output: where graphsched keeps it, and its shape.
+pub struct Output {
+    /// The graphsched value.
+    pub value: ValueRef,
+    /// Shape and element type.
+    pub info: TensorInfo,
+}
+
+/// The finalized graph and the kernels its nodes call (which must outlive it).
+pub struct OnnxGraph<'r> {
+    graph: *mut gs_graph,
+    /// The graph input's value.
+    pub input: ValueRef,
+    /// The graph outputs, in the model's order.
+    pub outputs: Vec<Output>,
+    /// Operator nodes.
+    pub nodes: usize,
+    // Boxed: each node's `user_data` points at its kernel, which must not move as the Vec grows.
+    #[allow(clippy::vec_box)]
+    _kernels: Vec<Box<NodeKernel<'r>>>,
+}
+
+impl Drop for OnnxGraph<'_> {
+    fn drop(&mut self) {
+        // SAFETY: made by gs_graph_new, freed once, before the kernels it points at.
+        unsafe { gs_graph_free(self.graph) }
+    }
+}
+
+/// How much inter-op parallelism the model offers, by the simulator.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Parallelism {
+    /// Sum of the nodes' learned durations.
+    pub work_ns: u64,
+    /// Longest path of learned durations.
+    pub critical_path_ns: u64,
+    /// Simulated makespan at each thread count.
+    pub makespans: Vec<(usize, u64)>,
+}
+
+/// What one node's kernel needs: its session and its tensors' names, shapes and types.
+struct NodeKernel<'r> {
+    runtime: &'r Runtime,
+    session: Session<'r>,
+    name: String,
+    inputs: Vec<TensorInfo>,
+    input_names: Vec<CString>,
+    outputs: Vec<TensorInfo>,
+    output_names: Vec<CString>,
+}
+
+impl NodeKernel<'_> {
+    /// Wraps the node's buffers as ONNX Runtime tensors and runs its session into them.
+    ///
+    /// # Safety
+    /// `ctx` is the context of a running call of this node's kernel.
+    unsafe fn call(&self, ctx: *mut gs_kernel_ctx) -> Result<(), String> {
+        let mut inputs = Vec::with_capacity(self.inputs.len());
+        for (i, info) in self.inputs.iter().enumerate() {
+            // SAFETY: a live context (caller); the descriptor lives for the call.
+            let t = unsafe { gs_ctx_input(ctx, i as u32).as_ref() }.ok_or("no input descriptor")?;
+            check_size(t, info)?;
+            // SAFETY: graphsched keeps the input's buffer for the whole call; ONNX Runtime only reads inputs.
+            inputs.push(unsafe { self.runtime.tensor(t.data, t.nbytes, &info.shape, info.elem_type) }?);
+        }
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        for (i, info) in self.outputs.iter().enumerate() {
+            // SAFETY: as above, and the output's buffer is the node's to write.
+            let t = unsafe { gs_ctx_output(ctx, i as u32).as_mut() }.ok_or("no output descriptor")?;
+            check_size(t, info)?;
+            // SAFETY: the buffer holds the output's bytes and lives for the call.
+            outputs.push(unsafe { self.runtime.tensor(t.data, t.nbytes, &info.shape, info.elem_type) }?);
+        }
+        let in_names: Vec<*const i8> = self.input_names.iter().map(|n| n.as_ptr()).collect();
+        let out_names: Vec<*const i8> = self.output_names.iter().map(|n| n.as_ptr()).collect();
+        self.session.run(&in_names, &inputs, &out_names, &mut outputs)
+    }
+}
+
+fn check_size(t: &Tensor, info: &TensorInfo) -> Result<(), String> {
+    if t.nbytes != info.bytes() || t.data.is_null() {
+        return Err(format!(
+            "{} has {} bytes, its shape {:?} needs {}",
+            info.name,
+            t.nbytes,
+            info.shape,
+            info.bytes()
+        ));
+    }
+    Ok(())
+}
+
+/// The C callback every node shares; `user_data` is its `NodeKernel`.
+unsafe extern "C" fn onnx_kernel(ctx: *mut gs_kernel_ctx, user_data: *mut c_void) -> i32 {
+    // SAFETY: `user_data` is the node's boxed kernel, which outlives the graph (OnnxGraph frees
+    // the graph before its kernels), so it outlives every run; kernels are only read.
+    let kernel = unsafe { &*(user_data as *const NodeKernel<'_>) };
+    // SAFETY: graphsched passes the live context of this call.
+    match unsafe { kernel.call(ctx) } {
+        Ok(()) => 0,
+        Err(e) => {
+            let message = CString::new(format!("{}: {e}", kernel.name).replace('\0', " ")).unwrap_or_default();
+            // SAFETY: live context, NUL-terminated message copied by the call.
+            unsafe { gs_ctx_set_error(ctx, message.as_ptr()) };
+            1
+        }
+    }
+}
+
+/// `Ok` for GS_OK, else the status name and the library's sentence.
+pub fn gs_check(status: gs_status, what: &str) -> Result<(), String> {
+    if status == gs_status::GS_OK {
+        return Ok(());
+    }
+    // SAFETY: both return static or thread-local NUL-terminated strings.
+    let (name, message) = unsafe {
+        (
+            CStr::from_ptr(gs_status_name(status as i32)),
+            CStr::from_ptr(gs_last_error_message()),
+        )
+    };
+    Err(format!(
+        "{what}: {} ({})",
+        message.to_string_lossy(),
+        name.to_string_lossy()
+    ))
+}
+
+impl<'r> OnnxGraph<'r> {
+    /// Builds and finalizes the graph: one session per node, made as `config` says.
+    pub fn build(runtime: &'r Runtime, manifest: &Manifest, config: SessionConfig) -> Result<OnnxGraph<'r>, String> {
+        let tensors = manifest.tensors();
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: valid out pointer.
+        gs_check(unsafe { gs_graph_new(&mut graph) }, "gs_graph_new")?;
+        let mut built = OnnxGraph {
+            graph,
+            input: ValueRef::new(0, 0),
+            outputs: Vec::new(),
+            nodes: 0,
+            _kernels: Vec::new(),
+        };
+        let input = manifest.input();
+        let name = CString::new(input.name.as_str()).map_err(|_| "a NUL in a name")?;
+        // SAFETY: live graph, NUL-terminated name, valid out pointer.
+        gs_check(
+            unsafe { gs_graph_add_input(graph, name.as_ptr(), input.bytes(), &mut built.input) },
+            "gs_graph_add_input",
+        )?;
+        let mut producers: HashMap<&str, ValueRef> = HashMap::from([(input.name.as_str(), built.input)]);
+        for node in &manifest.nodes {
+            let read = distinct_reads(node, &tensors);
+            let kernel = Box::new(NodeKernel {
+                runtime,
+                session: runtime.session(&manifest.dir.join(&node.file), config)?,
+                name: node.name.clone(),
+                inputs: read.iter().map(|n| tensors[n.as_str()].clone()).collect(),
+                input_names: read
+                    .iter()
+                    .map(|n| CString::new(n.as_str()).unwrap_or_default())
+                    .collect(),
+                outputs: node.outputs.iter().map(|n| tensors[n.as_str()].clone()).collect(),
+                output_names: node
+                    .outputs
+                    .iter()
+                    .map(|n| CString::new(n.as_str()).unwrap_or_default())
+                    .collect(),
+            });
+            let inputs: Vec<ValueRef> = read
+                .iter()
+                .map(|n| {
+                    producers
+                        .get(n.as_str())
+                        .copied()
+                        .ok_or(format!("node {} reads {n} before it is made", node.name))
+                })
+                .collect::<Result<_, _>>()?;
+            let sizes: Vec<usize> = kernel.outputs.iter().map(TensorInfo::bytes).collect();
+            let name = CString::new(node.name.as_str()).map_err(|_| "a NUL in a name")?;
+            // graphsched learns durations per op type: a Conv on 640x640 and one on 20x20 differ
+            // 1000x, so the type a node learns under is its op and its first input and output shapes.
+            let op =
+                CString::new(op_key(&node.op, &kernel.inputs, &kernel.outputs)).map_err(|_| "a NUL in an op type")?;
+            let desc = gs_node_desc {
+                name: name.as_ptr(),
+                op_type: op.as_ptr(),
+                kernel: Some(onnx_kernel),
+                user_data: &*kernel as *const NodeKernel<'_> as *mut c_void,
+                inputs: inputs.as_ptr(),
+                num_inputs: inputs.len() as u32,
+                num_outputs: sizes.len() as u32,
+                output_sizes: sizes.as_ptr(),
+                estimated_ns: 0,
+                flags: 0,
+                in_place_output: 0,
+                in_place_input: 0,
+            };
+            let mut id = 0;
+            // SAFETY: live graph; the descriptor's arrays and strings live for the call, and
+            // `user_data` (the boxed kernel) for the graph's life.
+            gs_check(unsafe { gs_graph_add_node(graph, &desc, &mut id) }, "gs_graph_add_node")?;
+            for (i, out) in node.outputs.iter().enumerate() {
+                producers.insert(out, ValueRef::new(id, i as u32));
+            }
+            built._kernels.push(kernel);
+            built.nodes += 1;
+        }
+        for name in &manifest.outputs {
+            let value = *producers
+                .get(name.as_str())
+                .ok_or(format!("no node makes the output {name}"))?;
+            // SAFETY: live graph.
+            gs_check(unsafe { gs_graph_mark_output(graph, value) }, "gs_graph_mark_output")?;
+            built.outputs.push(Output {
+                value,
+                info: tensors[name.as_str()].clone(),
+            });
+        }
+        // SAFETY: live graph.
+        gs_check(unsafe { gs_graph_finalize(graph) }, "gs_graph_finalize")?;
+        Ok(built)
+    }
+
+    /// What the simulator predicts from the durations runs have taught the graph: work, critical
+    /// path and makespan on each of `threads` (policy and window as runs use them).
+    pub fn simulate(&self, threads: &[usize]) -> Result<Parallelism, String> {
+        let mut info = GraphInfo::default();
+        // SAFETY: a finalized graph and a writable out pointer.
+        gs_check(unsafe { gs_graph_get_info(self.graph, &mut info) }, "gs_graph_get_info")?;
+        let mut makespans = Vec::new();
+        for &t in threads {
+            let options = gs_sim_options {
+                threads: t as u32,
+                policy: GS_POLICY_DEFAULT,
+                window: 0,
+                memory_limit_bytes: 0,
+            };
+            let mut result = SimResult::default();
+            // SAFETY: as above, and readable options.
+            gs_check(unsafe { gs_simulate(self.graph, &options, &mut result) }, "gs_simulate")?;
+            makespans.push((t, result.makespan_ns));
+        }
+        Ok(Parallelism {
+            work_ns: info.total_work_ns,
+            critical_path_ns: info.critical_path_ns,
+            makespans,
+        })
+    }
+
+    /// The C handle, for runs and plans.
+    pub fn handle(&self) -> *const gs_graph {
+        self.graph
+    }
+}
+
+/// `Conv 1x3x640x640->1x16x320x320`: what nodes that should take the same time share.
+fn op_key(op: &str, inputs: &[TensorInfo], outputs: &[TensorInfo]) -> String {
+    let shape = |t: Option<&TensorInfo>| {
+        t.map_or(String::new(), |t| {
+            t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+        })
+    };
+    format!("{op} {}->{}", shape(inputs.first()), shape(outputs.first()))
+}
+
+/// The values a node reads from other nodes, once each, in the node's order: what its
+/// single-node model takes as inputs (weights live inside it; absent optional inputs are "").
+fn distinct_reads(node: &crate::manifest::NodeInfo, tensors: &HashMap<&str, &TensorInfo>) -> Vec<String> {
+    let mut read: Vec<String> = Vec::new();
+    for name in &node.inputs {
+        if !name.is_empty() && tensors.contains_key(name.as_str()) && !read.contains(name) {
+            read.push(name.clone());
+        }
+    }
+    read
+}

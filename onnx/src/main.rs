@@ -1,0 +1,157 @@
+//! gsched-onnx: a prepared ONNX model (see prepare.py) run by graphsched, one ONNX Runtime
+//! session per node, and side by side with ONNX Runtime's own executors.
+//!
+//! `scripts/onnx.sh` sets up Python, prepares the model and calls this program; run that.
+
+mod check;
+mod graph;
+mod manifest;
+mod measure;
+mod ort_api;
+mod report;
+mod run;
+
+use clap::Parser;
+use manifest::Manifest;
+use measure::{Row, Runner};
+use run::Memory;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Parser)]
+#[command(about = "Run a prepared ONNX model with graphsched and with ONNX Runtime, side by side")]
+struct Args {
+    /// The directory prepare.py wrote (manifest.json, prepared.onnx, nodes/).
+    dir: PathBuf,
+    /// ONNX Runtime's shared library (libonnxruntime.so).
+    #[arg(long, env = "ORT_DYLIB_PATH")]
+    ort_library: PathBuf,
+    /// Most threads: rows at 1 thread and at this many.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Timed inferences per configuration and round, after one warm-up.
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// Rounds: every configuration measured in turn this many times (the machine's load drifts;
+    /// taking turns spreads it over all), each row's median taken over all its inferences.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Only check that graphsched's outputs are bitwise equal to ONNX Runtime's, in every
+    /// memory mode at 1 thread and at --threads; exit 1 if not.
+    #[arg(long)]
+    check: bool,
+    /// Internal: measure one configuration in this process and print its row as JSON.
+    #[arg(long, hide = true)]
+    child: Option<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("gsched-onnx: {e}");
+        std::process::exit(2);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let manifest = Manifest::load(&args.dir)?;
+    let threads: Vec<usize> = if args.threads > 1 {
+        vec![1, args.threads]
+    } else {
+        vec![1]
+    };
+    if let Some(key) = &args.child {
+        let runner = Runner::parse(key).ok_or(format!("no configuration {key}"))?;
+        let out = outputs_file(&args.dir, key, args.threads);
+        let row = measure::measure(&manifest, &args.ort_library, runner, args.threads, args.runs, &out)?;
+        println!("{}", serde_json::to_string(&row).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let (checks, parallelism) = check::check(&manifest, &args.ort_library, &threads)?;
+    let equal = checks.iter().all(|c| c.bitwise_equal);
+    if args.check {
+        report::print_checks(&manifest, &checks, &parallelism, args.json);
+        if !equal {
+            return Err("graphsched's outputs differ from ONNX Runtime's".into());
+        }
+        return Ok(());
+    }
+    let mut configs = Vec::new();
+    for &t in &threads {
+        configs.push((Runner::Graphsched(Memory::Pool), t));
+        configs.push((
+            Runner::Graphsched(if t == 1 {
+                Memory::SequentialPlan
+            } else {
+                Memory::ScheduledPlan
+            }),
+            t,
+        ));
+        if t > 1 {
+            configs.extend([(Runner::GraphschedIntra, t), (Runner::GraphschedBoth, t)]);
+        }
+        configs.extend([(Runner::OrtSequential, t), (Runner::OrtParallel, t)]);
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for round in 0..args.rounds.max(1) {
+        for (i, &(runner, t)) in configs.iter().enumerate() {
+            let row = child(args, runner, t)?;
+            if round == 0 {
+                rows.push(row);
+            } else {
+                // Memory figures are the largest seen; times pool over rounds.
+                let r = &mut rows[i];
+                r.walls_ns.extend(row.walls_ns);
+                r.activation_bytes = r.activation_bytes.max(row.activation_bytes);
+                r.rss_growth_bytes = r.rss_growth_bytes.max(row.rss_growth_bytes);
+                r.peak_rss_bytes = r.peak_rss_bytes.max(row.peak_rss_bytes);
+            }
+        }
+    }
+    for row in &mut rows {
+        row.wall_ns = measure::median(&mut row.walls_ns);
+    }
+    let reference =
+        std::fs::read(outputs_file(&args.dir, Runner::OrtSequential.key(), 1)).map_err(|e| e.to_string())?;
+    for row in &mut rows {
+        row.bitwise_equal =
+            std::fs::read(outputs_file(&args.dir, &row.config, row.threads)).is_ok_and(|b| b == reference);
+    }
+    report::print_rows(&manifest, &checks, &parallelism, &rows, args.json);
+    Ok(())
+}
+
+/// Where a configuration's child writes its outputs' bytes.
+fn outputs_file(dir: &Path, key: &str, threads: usize) -> PathBuf {
+    dir.join(format!("outputs-{key}-{threads}.bin"))
+}
+
+/// Measures one configuration in a child process of its own.
+fn child(args: &Args, runner: Runner, threads: usize) -> Result<Row, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let output = Command::new(exe)
+        .arg(&args.dir)
+        .arg("--ort-library")
+        .arg(&args.ort_library)
+        .args([
+            "--threads",
+            &threads.to_string(),
+            "--runs",
+            &args.runs.to_string(),
+            "--child",
+            runner.key(),
+        ])
+        .output()
+        .map_err(|e| format!("cannot start a child: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} on {threads} threads failed: {}",
+            runner.describe(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("a child printed no row: {e}"))
+}

@@ -1,0 +1,118 @@
+//! What `prepare.py` wrote: the prepared model's values and nodes, one small model per node.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// A tensor of the prepared model: its name, ONNX element type and static shape.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TensorInfo {
+    /// The ONNX value name.
+    pub name: String,
+    /// ONNX `TensorProto.DataType` code (1 is float).
+    pub elem_type: i32,
+    /// Bytes of one element.
+    pub elem_bytes: usize,
+    /// Every dimension, known before the run.
+    pub shape: Vec<i64>,
+}
+
+impl TensorInfo {
+    /// Bytes of the whole tensor.
+    pub fn bytes(&self) -> usize {
+        self.shape.iter().product::<i64>().max(0) as usize * self.elem_bytes
+    }
+}
+
+/// One ONNX node, saved as a model of its own.
+#[derive(Clone, Debug, Deserialize)]
+pub struct NodeInfo {
+    /// The node's name in the prepared model.
+    pub name: String,
+    /// Its operator type, e.g. `Conv`.
+    pub op: String,
+    /// The single-node model, relative to the manifest.
+    pub file: String,
+    /// Input value names, in the node's order; weights and absent optional inputs included.
+    pub inputs: Vec<String>,
+    /// Output value names.
+    pub outputs: Vec<String>,
+}
+
+/// The manifest of a prepared model.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Manifest {
+    /// The original model's file name.
+    pub model: String,
+    /// The optimization level ONNX Runtime saved it at.
+    pub optimization: String,
+    /// The prepared whole model, relative to the manifest.
+    pub prepared: String,
+    /// Bytes of the model's weights.
+    pub weights_bytes: u64,
+    /// The graph inputs (one).
+    pub inputs: Vec<TensorInfo>,
+    /// The graph outputs, by name.
+    pub outputs: Vec<String>,
+    /// Every value a node produces.
+    pub values: Vec<TensorInfo>,
+    /// The nodes, in a topological order.
+    pub nodes: Vec<NodeInfo>,
+    /// The directory the manifest is in.
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+impl Manifest {
+    /// Reads `DIR/manifest.json`.
+    pub fn load(dir: &Path) -> Result<Manifest, String> {
+        let path = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e} (run prepare.py first)", path.display()))?;
+        let mut manifest: Manifest =
+            serde_json::from_str(&text).map_err(|e| format!("{} is not a manifest: {e}", path.display()))?;
+        manifest.dir = dir.to_path_buf();
+        if manifest.inputs.len() != 1 {
+            return Err(format!(
+                "{} has {} inputs; one is supported",
+                path.display(),
+                manifest.inputs.len()
+            ));
+        }
+        Ok(manifest)
+    }
+
+    /// Every tensor a node may read or write (the graph input and produced values), by name.
+    pub fn tensors(&self) -> HashMap<&str, &TensorInfo> {
+        self.inputs
+            .iter()
+            .chain(&self.values)
+            .map(|t| (t.name.as_str(), t))
+            .collect()
+    }
+
+    /// The graph input.
+    pub fn input(&self) -> &TensorInfo {
+        &self.inputs[0]
+    }
+
+    /// The bytes the graph input gets in every run: a fixed pseudo-random pattern, the same for
+    /// graphsched and ONNX Runtime. Float inputs get values in [-1, 1).
+    pub fn input_bytes(&self) -> Vec<u8> {
+        let input = self.input();
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        if input.elem_type == 1 {
+            (0..input.bytes() / 4)
+                .flat_map(|_| ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).to_ne_bytes())
+                .collect()
+        } else {
+            (0..input.bytes()).map(|_| next() as u8).collect()
+        }
+    }
+}

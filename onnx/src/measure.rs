@@ -1,0 +1,205 @@
+//! One configuration measured in a process of its own, so that its peak resident memory is its
+//! own: wall time per inference (median), activation bytes and peak RSS.
+
+use crate::graph::OnnxGraph;
+use crate::manifest::Manifest;
+use crate::ort_api::{Arena, Runtime, SessionConfig};
+use crate::run::{Engine, Memory, WholeModel};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Instant;
+
+/// Who runs the model, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    /// graphsched's executor over single-threaded per-node sessions.
+    Graphsched(Memory),
+    /// graphsched without an executor, its per-node sessions sharing one intra-op pool of the
+    /// configuration's threads (ONNX Runtime's global thread pool).
+    GraphschedIntra,
+    /// graphsched's executor on `threads` threads, its per-node sessions sharing an intra-op
+    /// pool of as many: both kinds of parallelism at once (oversubscribed 2x).
+    GraphschedBoth,
+    /// ONNX Runtime's sequential executor, `threads` intra-op threads.
+    OrtSequential,
+    /// ONNX Runtime's parallel executor, `threads` inter-op threads, one intra-op thread.
+    OrtParallel,
+}
+
+impl Runner {
+    /// Every runner, by the name the child process is given.
+    pub const ALL: [(&'static str, Runner); 8] = [
+        ("gs-pool", Runner::Graphsched(Memory::Pool)),
+        ("gs-sequential-plan", Runner::Graphsched(Memory::SequentialPlan)),
+        ("gs-parallel-plan", Runner::Graphsched(Memory::ParallelPlan)),
+        ("gs-scheduled-plan", Runner::Graphsched(Memory::ScheduledPlan)),
+        ("gs-intra", Runner::GraphschedIntra),
+        ("gs-both", Runner::GraphschedBoth),
+        ("ort-sequential", Runner::OrtSequential),
+        ("ort-parallel", Runner::OrtParallel),
+    ];
+
+    /// The child-process name.
+    pub fn key(self) -> &'static str {
+        Runner::ALL.iter().find(|(_, r)| *r == self).map_or("?", |(k, _)| k)
+    }
+
+    /// The runner a child-process name stands for.
+    pub fn parse(key: &str) -> Option<Runner> {
+        Runner::ALL.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
+    }
+
+    /// The `runtime` column: who runs and how it keeps memory.
+    pub fn describe(self) -> String {
+        match self {
+            Runner::Graphsched(memory) => format!("graphsched ({})", memory.name()),
+            Runner::GraphschedIntra => "graphsched (pool, shared intra-op pool)".to_string(),
+            Runner::GraphschedBoth => "graphsched (pool, executor + intra-op pool)".to_string(),
+            Runner::OrtSequential => "onnxruntime (sequential, intra-op)".to_string(),
+            Runner::OrtParallel => "onnxruntime (parallel, inter-op)".to_string(),
+        }
+    }
+}
+
+/// One configuration's figures.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    /// Who ran the model and how.
+    pub runtime: String,
+    /// The child-process name of the configuration.
+    pub config: String,
+    /// Threads in all.
+    pub threads: usize,
+    /// Median wall time of one inference, warm (over every round, in the parent's table).
+    pub wall_ns: u64,
+    /// Every timed inference's wall time.
+    pub walls_ns: Vec<u64>,
+    /// graphsched: the pool's peak reserved bytes (values, plan arena included); ONNX Runtime:
+    /// the growth of resident memory from just before the first inference to its peak.
+    pub activation_bytes: u64,
+    /// Resident memory's growth from just before the first inference to its peak (the same
+    /// measure for both runtimes: kernels' scratch included).
+    pub rss_growth_bytes: u64,
+    /// The process's peak resident memory.
+    pub peak_rss_bytes: u64,
+    /// Whether the outputs are bitwise equal to ONNX Runtime's (filled in by the parent).
+    #[serde(default)]
+    pub bitwise_equal: bool,
+}
+
+/// Runs `runner` on `threads` threads: one warm-up inference (its outputs written to `out`),
+/// then `runs` timed ones.
+pub fn measure(
+    manifest: &Manifest,
+    library: &Path,
+    runner: Runner,
+    threads: usize,
+    runs: usize,
+    out: &Path,
+) -> Result<Row, String> {
+    let shared = matches!(runner, Runner::GraphschedIntra | Runner::GraphschedBoth);
+    let runtime = Runtime::load(library, shared.then_some(threads))?;
+    let per_node = SessionConfig {
+        intra_threads: 1,
+        global_threads: shared,
+        arena: Arena::Shared,
+        ..Default::default()
+    };
+    let mut times = Vec::with_capacity(runs);
+    let mut timed = |f: &mut dyn FnMut(bool) -> Result<Vec<Vec<u8>>, String>| -> Result<(), String> {
+        let start_rss = rss::reset_peak();
+        std::fs::write(out, f(true)?.concat()).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        for _ in 0..runs {
+            let start = Instant::now();
+            f(false)?;
+            times.push(start.elapsed().as_nanos() as u64);
+        }
+        rss::note_start(start_rss);
+        Ok(())
+    };
+    let mut activation = None;
+    match runner {
+        Runner::Graphsched(_) | Runner::GraphschedIntra | Runner::GraphschedBoth => {
+            let memory = if let Runner::Graphsched(m) = runner {
+                m
+            } else {
+                Memory::Pool
+            };
+            let graph = OnnxGraph::build(&runtime, manifest, per_node)?;
+            let executor_threads = if runner == Runner::GraphschedIntra { 1 } else { threads };
+            let mut engine = Engine::new(&graph, manifest, executor_threads, memory)?;
+            timed(&mut |keep| engine.run(&graph, keep).map(|r| r.1))?;
+            activation = Some(engine.pool_stats().peak_reserved_bytes);
+        }
+        Runner::OrtSequential | Runner::OrtParallel => {
+            let parallel = runner == Runner::OrtParallel;
+            let config = SessionConfig {
+                intra_threads: if parallel { 1 } else { threads },
+                inter_threads: threads,
+                parallel,
+                global_threads: false,
+                arena: Arena::Own,
+            };
+            let session = runtime.session(&manifest.dir.join(&manifest.prepared), config)?;
+            let mut whole = WholeModel::new(&runtime, session, manifest);
+            timed(&mut |keep| whole.run(keep))?;
+        }
+    }
+    let (growth, peak) = rss::growth_and_peak();
+    Ok(Row {
+        runtime: runner.describe(),
+        config: runner.key().to_string(),
+        threads,
+        wall_ns: median(&mut times),
+        walls_ns: times,
+        activation_bytes: activation.unwrap_or(growth),
+        rss_growth_bytes: growth,
+        peak_rss_bytes: peak,
+        bitwise_equal: false,
+    })
+}
+
+/// The median of `xs` (0 for none).
+pub fn median(xs: &mut [u64]) -> u64 {
+    xs.sort_unstable();
+    xs.get(xs.len() / 2).copied().unwrap_or(0)
+}
+
+/// Resident memory from `/proc/self/status`, and Linux's peak reset (`clear_refs` 5).
+mod rss {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static START: AtomicU64 = AtomicU64::new(0);
+    static PEAK_BEFORE: AtomicU64 = AtomicU64::new(0);
+
+    fn status_kib(field: &str) -> u64 {
+        let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        text.lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Resets the peak to the current resident size, where the kernel allows it; returns the
+    /// current resident bytes.
+    pub fn reset_peak() -> u64 {
+        PEAK_BEFORE.store(status_kib("VmHWM:") * 1024, Ordering::Relaxed);
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        status_kib("VmRSS:") * 1024
+    }
+
+    /// Records the resident bytes the inferences started from.
+    pub fn note_start(bytes: u64) {
+        START.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Growth from the start to the peak since the reset, and the process's peak.
+    pub fn growth_and_peak() -> (u64, u64) {
+        let peak = status_kib("VmHWM:") * 1024;
+        (
+            peak.saturating_sub(START.load(Ordering::Relaxed)),
+            peak.max(PEAK_BEFORE.load(Ordering::Relaxed)),
+        )
+    }
+}

@@ -1,0 +1,96 @@
+//! Tables for people and one JSON object for programs.
+
+use crate::check::Check;
+use crate::graph::Parallelism;
+use crate::manifest::Manifest;
+use crate::measure::Row;
+use serde_json::json;
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The checks alone (`--check`).
+pub fn print_checks(manifest: &Manifest, checks: &[Check], parallelism: &Parallelism, as_json: bool) {
+    if as_json {
+        println!("{}", summary(manifest, checks, parallelism, &[]));
+        return;
+    }
+    println!(
+        "{}: {} nodes after ONNX Runtime's optimization (level {}); outputs against one session over the whole prepared model",
+        manifest.model,
+        manifest.nodes.len(),
+        manifest.optimization
+    );
+    println!(
+        "{:>7}  {:<16} {:>13} {:>12}",
+        "threads", "memory", "bitwise equal", "max abs diff"
+    );
+    for c in checks {
+        println!(
+            "{:>7}  {:<16} {:>13} {:>12.3e}",
+            c.threads,
+            c.memory,
+            if c.bitwise_equal { "yes" } else { "NO" },
+            c.max_abs_diff
+        );
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let p = parallelism;
+    print!(
+        "learned durations: work {:.1} ms, critical path {:.1} ms (inter-op parallelism at most {:.2}x); simulated makespan:",
+        ms(p.work_ns),
+        ms(p.critical_path_ns),
+        p.work_ns as f64 / p.critical_path_ns.max(1) as f64
+    );
+    for (t, makespan) in &p.makespans {
+        print!(
+            " {:.1} ms at {t} thread{}",
+            ms(*makespan),
+            if *t == 1 { "" } else { "s" }
+        );
+    }
+    println!();
+}
+
+/// The checks and the measured rows.
+pub fn print_rows(manifest: &Manifest, checks: &[Check], parallelism: &Parallelism, rows: &[Row], as_json: bool) {
+    if as_json {
+        println!("{}", summary(manifest, checks, parallelism, rows));
+        return;
+    }
+    print_checks(manifest, checks, parallelism, false);
+    println!();
+    println!(
+        "each row in a process of its own; wall: median of warm runs; activation: graphsched's pool peak reserved, ONNX Runtime's RSS growth"
+    );
+    println!(
+        "{:<42} {:>7} {:>9} {:>11} {:>11} {:>9} {:>6}",
+        "runtime", "threads", "wall ms", "activ. MiB", "RSS+ MiB", "peak MiB", "equal"
+    );
+    for r in rows {
+        println!(
+            "{:<42} {:>7} {:>9.2} {:>11} {:>11} {:>9} {:>6}",
+            r.runtime,
+            r.threads,
+            r.wall_ns as f64 / 1e6,
+            mib(r.activation_bytes),
+            mib(r.rss_growth_bytes),
+            mib(r.peak_rss_bytes),
+            if r.bitwise_equal { "yes" } else { "NO" }
+        );
+    }
+}
+
+fn summary(manifest: &Manifest, checks: &[Check], parallelism: &Parallelism, rows: &[Row]) -> serde_json::Value {
+    json!({
+        "model": manifest.model,
+        "nodes": manifest.nodes.len(),
+        "weights_bytes": manifest.weights_bytes,
+        "bitwise_equal": checks.iter().all(|c| c.bitwise_equal) && rows.iter().all(|r| r.bitwise_equal),
+        "max_abs_diff": checks.iter().map(|c| c.max_abs_diff).fold(0.0, f64::max),
+        "checks": checks,
+        "parallelism": parallelism,
+        "rows": rows,
+    })
+}

@@ -1,0 +1,243 @@
+//! Running the model: graphsched over the per-node sessions (through the C ABI), or one ONNX
+//! Runtime session over the whole prepared model. Both take the same input bytes and give back
+//! the outputs' bytes.
+
+use crate::graph::{gs_check, OnnxGraph};
+use crate::manifest::Manifest;
+use crate::ort_api::Session;
+use graphsched::ffi::*;
+use graphsched::{PoolStats, RunStats, Tensor};
+use std::ffi::{c_void, CString};
+use std::ptr;
+
+/// Bytes at a 16-byte-aligned address, as graph inputs and ONNX Runtime's tensors want.
+pub struct Aligned {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl Aligned {
+    /// A copy of `bytes`.
+    pub fn from(bytes: &[u8]) -> Aligned {
+        let mut words = vec![0u128; bytes.len().div_ceil(16)];
+        // SAFETY: `words` holds at least `bytes.len()` bytes; the two do not overlap.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+        Aligned {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Aligned {
+        Aligned {
+            words: vec![0u128; len.div_ceil(16)],
+            len,
+        }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` holds at least `len` initialized bytes.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    fn ptr(&mut self) -> *mut c_void {
+        self.words.as_mut_ptr().cast()
+    }
+}
+
+/// Where a graphsched run puts its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Every value from the pool, back the moment its last reader is done.
+    Pool,
+    /// One arena at a sequential plan's offsets (runs without an executor).
+    SequentialPlan,
+    /// One arena at a parallel-safe plan's offsets (any executor).
+    ParallelPlan,
+    /// One arena at a plan made for the executor's schedule, which runs follow.
+    ScheduledPlan,
+}
+
+impl Memory {
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Memory::Pool => "pool",
+            Memory::SequentialPlan => "sequential plan",
+            Memory::ParallelPlan => "parallel plan",
+            Memory::ScheduledPlan => "scheduled plan",
+        }
+    }
+}
+
+/// A pool, an executor (none for one thread: runs go on the calling thread) and a plan.
+pub struct Engine {
+    pool: *mut gs_pool,
+    executor: *mut gs_executor,
+    plan: *mut gs_plan,
+    input: Aligned,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // SAFETY: each made here and freed once; NULL ones are ignored.
+        unsafe {
+            gs_plan_free(self.plan);
+            gs_executor_free(self.executor);
+            gs_pool_free(self.pool);
+        }
+    }
+}
+
+impl Engine {
+    /// What runs of `graph` on `threads` threads with `memory` need.
+    pub fn new(graph: &OnnxGraph<'_>, manifest: &Manifest, threads: usize, memory: Memory) -> Result<Engine, String> {
+        let mut engine = Engine {
+            pool: ptr::null_mut(),
+            executor: ptr::null_mut(),
+            plan: ptr::null_mut(),
+            input: Aligned::from(&manifest.input_bytes()),
+        };
+        // SAFETY: NULL config means defaults; valid out pointer.
+        gs_check(unsafe { gs_pool_new(ptr::null(), &mut engine.pool) }, "gs_pool_new")?;
+        if threads > 1 {
+            let config = gs_executor_config {
+                threads: threads as u32,
+            };
+            // SAFETY: readable config, valid out pointer.
+            gs_check(
+                unsafe { gs_executor_new(&config, &mut engine.executor) },
+                "gs_executor_new",
+            )?;
+        }
+        let g = graph.handle();
+        // SAFETY: a finalized graph and valid out pointers.
+        let status = unsafe {
+            match memory {
+                Memory::Pool => gs_status::GS_OK,
+                Memory::SequentialPlan => gs_plan_new(g, GS_PLAN_SEQUENTIAL, &mut engine.plan),
+                Memory::ParallelPlan => gs_plan_new(g, GS_PLAN_PARALLEL_SAFE, &mut engine.plan),
+                Memory::ScheduledPlan => gs_plan_new_scheduled(g, threads as u32, &mut engine.plan),
+            }
+        };
+        gs_check(status, "making the plan")?;
+        Ok(engine)
+    }
+
+    /// One run; the outputs' bytes when `keep` says so.
+    pub fn run(&mut self, graph: &OnnxGraph<'_>, keep: bool) -> Result<(RunStats, Vec<Vec<u8>>), String> {
+        let binding = gs_input_binding {
+            value: graph.input,
+            tensor: Tensor::new(self.input.ptr(), self.input.len),
+        };
+        let options = gs_run_options {
+            inputs: &binding,
+            num_inputs: 1,
+            executor: self.executor,
+            memory_limit_bytes: 0,
+            window: 0,
+            policy: GS_POLICY_DEFAULT,
+            flags: 0,
+            plan: self.plan,
+            cancel: ptr::null(),
+            timeout_ns: 0,
+        };
+        let mut result = ptr::null_mut();
+        // SAFETY: live graph, pool, options whose binding outlives the call; valid out pointer.
+        gs_check(
+            unsafe { gs_run(graph.handle(), self.pool, &options, &mut result) },
+            "gs_run",
+        )?;
+        let mut stats = RunStats::default();
+        let mut outputs = Vec::new();
+        // SAFETY: a live result, freed once at the end; output bytes are copied out before.
+        let read = unsafe {
+            gs_check(gs_result_stats(result, &mut stats), "gs_result_stats").and_then(|_| {
+                for out in graph.outputs.iter().filter(|_| keep) {
+                    let mut t = Tensor::empty();
+                    gs_check(gs_result_output(result, out.value, &mut t), "gs_result_output")?;
+                    outputs.push(std::slice::from_raw_parts(t.data.cast::<u8>(), t.nbytes).to_vec());
+                }
+                Ok(())
+            })
+        };
+        // SAFETY: made by gs_run above.
+        unsafe { gs_result_free(result) };
+        read.map(|_| (stats, outputs))
+    }
+
+    /// The pool's figures: its peak reserved bytes are what the values took from the system.
+    pub fn pool_stats(&self) -> PoolStats {
+        let mut stats = PoolStats::default();
+        // SAFETY: a live pool and a writable out pointer.
+        let _ = unsafe { gs_pool_get_stats(self.pool, &mut stats) };
+        stats
+    }
+}
+
+/// The whole prepared model in one ONNX Runtime session, with its outputs written into memory
+/// allocated once.
+pub struct WholeModel<'r> {
+    session: Session<'r>,
+    runtime: &'r crate::ort_api::Runtime,
+    input: Aligned,
+    input_name: CString,
+    input_shape: Vec<i64>,
+    input_type: i32,
+    outputs: Vec<(CString, Aligned, Vec<i64>, i32)>,
+}
+
+impl<'r> WholeModel<'r> {
+    /// Runs of `session`, which was made over the manifest's prepared model.
+    pub fn new(runtime: &'r crate::ort_api::Runtime, session: Session<'r>, manifest: &Manifest) -> WholeModel<'r> {
+        let tensors = manifest.tensors();
+        let input = manifest.input();
+        WholeModel {
+            session,
+            runtime,
+            input: Aligned::from(&manifest.input_bytes()),
+            input_name: CString::new(input.name.as_str()).unwrap_or_default(),
+            input_shape: input.shape.clone(),
+            input_type: input.elem_type,
+            outputs: manifest
+                .outputs
+                .iter()
+                .map(|n| {
+                    let t = tensors[n.as_str()];
+                    (
+                        CString::new(n.as_str()).unwrap_or_default(),
+                        Aligned::zeroed(t.bytes()),
+                        t.shape.clone(),
+                        t.elem_type,
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// One run; the outputs' bytes when `keep` says so.
+    pub fn run(&mut self, keep: bool) -> Result<Vec<Vec<u8>>, String> {
+        let len = self.input.len;
+        // SAFETY: the input buffer outlives the value, which lives for this call.
+        let input = unsafe {
+            self.runtime
+                .tensor(self.input.ptr(), len, &self.input_shape, self.input_type)
+        }?;
+        let mut outs = Vec::new();
+        for (_, buffer, shape, elem) in &mut self.outputs {
+            let len = buffer.len;
+            // SAFETY: as above, for the output's buffer.
+            outs.push(unsafe { self.runtime.tensor(buffer.ptr(), len, shape, *elem) }?);
+        }
+        let out_names: Vec<*const i8> = self.outputs.iter().map(|o| o.0.as_ptr()).collect();
+        self.session
+            .run(&[self.input_name.as_ptr()], &[input], &out_names, &mut outs)?;
+        Ok(if keep {
+            self.outputs.iter().map(|o| o.1.bytes().to_vec()).collect()
+        } else {
+            Vec::new()
+        })
+    }
+}

@@ -1,0 +1,88 @@
+"""prepare.py and gsched-onnx on small models made here: one that splits (a branchy graph with
+weights, checked bit for bit), and the two kinds that cannot (control flow, a shape that depends
+on the data), which must name the node at fault.
+
+Usage: test_prepare.py GSCHED_ONNX ORT_LIBRARY WORK_DIR   (scripts/test.sh runs it)
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+here = os.path.dirname(os.path.abspath(__file__))
+exe, library, work = sys.argv[1:4]
+failures = []
+
+
+def model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, "t", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def prepare(name, m, shape):
+    path = os.path.join(work, name + ".onnx")
+    onnx.save(m, path)
+    out = os.path.join(work, name)
+    done = subprocess.run([sys.executable, os.path.join(here, "prepare.py"), path, out, "--input-shape", shape],
+                          capture_output=True, text=True)
+    return done, out
+
+
+def expect(condition, what):
+    print(("ok   " if condition else "FAIL ") + what)
+    if not condition:
+        failures.append(what)
+
+
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])
+rng = np.random.default_rng(0)
+w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+v = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "v")
+
+# Splits: two branches (MatMul -> Relu and MatMul -> Sigmoid) joined by Add, then Softmax.
+branchy = model(
+    [helper.make_node("MatMul", ["x", "w"], ["a"], name="left"),
+     helper.make_node("Relu", ["a"], ["ra"], name="left_relu"),
+     helper.make_node("MatMul", ["x", "v"], ["b"], name="right"),
+     helper.make_node("Sigmoid", ["b"], ["sb"], name="right_sigmoid"),
+     helper.make_node("Add", ["ra", "sb"], ["s"], name="join"),
+     helper.make_node("Softmax", ["s"], ["y"], name="softmax")],
+    [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, v])
+done, out = prepare("branchy", branchy, "4x8")
+expect(done.returncode == 0, f"a branchy model prepares ({done.stderr.strip()[-300:]})")
+if done.returncode == 0:
+    check = subprocess.run([exe, out, "--ort-library", library, "--check", "--threads", "2"], capture_output=True, text=True)
+    expect(check.returncode == 0 and check.stdout.count(" yes ") == 6,
+           f"its outputs are bitwise equal to ONNX Runtime's in all six modes ({check.stdout[-400:]}{check.stderr[-300:]})")
+
+# Blocked: an If node (control flow) must be named.
+branch = lambda name, op: helper.make_graph([helper.make_node(op, ["x"], [name])], name, [],
+                                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+zero = numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")
+control = model([helper.make_node("ReduceSum", ["x"], ["total"], name="total", keepdims=0),
+                 helper.make_node("Greater", ["total", "zero"], ["cond"], name="positive"),
+                 helper.make_node("If", ["cond"], ["y"], name="choose_branch",
+                                  then_branch=branch("t", "Relu"), else_branch=branch("e", "Sigmoid"))],
+                [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [zero])
+done, _ = prepare("control", control, "4x8")
+expect(done.returncode == 2 and "choose_branch" in done.stderr,
+       f"control flow is refused, naming the node ({done.stderr.strip()[-300:]})")
+
+# Blocked: NonZero's output shape depends on the data; the message names the node.
+data_shaped = model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                     helper.make_node("NonZero", ["r"], ["y"], name="where_positive")],
+                    [x], [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+done, _ = prepare("data_shaped", data_shaped, "4x8")
+expect(done.returncode == 2 and "where_positive" in done.stderr,
+       f"a data-dependent shape is refused, naming the node ({done.stderr.strip()[-300:]})")
+
+# Bad input: a shape of the wrong rank.
+done, _ = prepare("wrong_rank", branchy, "4x8x2")
+expect(done.returncode == 2 and "--input-shape gives 3" in done.stderr,
+       f"an input shape of the wrong rank is refused ({done.stderr.strip()[-200:]})")
+
+sys.exit(1 if failures else 0)

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# A real ONNX model run by graphsched with ONNX Runtime's own kernels, one session per node, side
+# by side with ONNX Runtime (onnx/README.md tells how it works).
+#
+#   scripts/onnx.sh MODEL [--input-shape 1x3x640x640] [--threads N] [--json] [--check]
+#                         [--runs R] [--rounds K]
+#   scripts/onnx.sh --self-test
+#
+# MODEL is an .onnx file, or `det` / `cls`: PP-OCRv4's text detector and the PP-OCR mobile
+# direction classifier, as the PyPI package rapidocr-onnxruntime 1.4.4 ships them.
+# --check only compares the outputs, bit for bit, in every memory mode (exit 1 if they differ).
+# --self-test (run by scripts/test.sh): the classifier's --check, then onnx/test_prepare.py.
+#
+# On a fresh machine it makes a virtual environment with onnxruntime and onnx, fetches the model
+# asked for, prepares it (onnx/prepare.py) and builds onnx/ (gsched-onnx). Everything goes under
+# $GS_ONNX_HOME (default target/onnx); nothing downloaded is committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+home=${GS_ONNX_HOME:-$root/target/onnx}
+profile=${GS_ONNX_PROFILE:-release}
+# Pinned: ort 2.0.0-rc.15 (onnx/Cargo.toml) speaks ONNX Runtime's API up to 1.31; newer
+# libraries serve older APIs, never the other way round.
+ort_version=1.32.0
+onnx_version=1.23.2
+
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || usage
+if [ "$1" = --self-test ]; then
+    [ $# -eq 1 ] || usage
+    bash "$0" cls --check
+    dir=$profile; [ "$profile" = dev ] && dir=debug
+    library=$("$home/venv/bin/python" -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')
+    rm -rf "$home/self-test" && mkdir -p "$home/self-test"
+    exec "$home/venv/bin/python" onnx/test_prepare.py "$root/target/$dir/gsched-onnx" "$library" "$home/self-test"
+fi
+model=$1; shift
+shape=""
+args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --input-shape) [ $# -ge 2 ] || usage; shape=$2; shift 2 ;;
+        --threads|--runs|--rounds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
+        --json|--check) args+=("$1"); shift ;;
+        *) echo "onnx.sh: unknown argument $1" >&2; usage ;;
+    esac
+done
+
+mkdir -p "$home"
+venv=$home/venv
+if [ ! -f "$venv/.ready-$ort_version" ]; then
+    echo "== python: onnxruntime $ort_version and onnx $onnx_version in $venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "onnxruntime==$ort_version" "onnx==$onnx_version" numpy
+    touch "$venv/.ready-$ort_version"
+fi
+py=$venv/bin/python
+library=$("$py" -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')
+
+case $model in
+    det|cls)
+        models=$home/models
+        if [ ! -f "$models/.ready" ]; then
+            echo "== models: rapidocr-onnxruntime 1.4.4 from PyPI" >&2
+            mkdir -p "$models/wheel"
+            "$venv/bin/pip" download -q --disable-pip-version-check --no-deps "rapidocr-onnxruntime==1.4.4" -d "$models/wheel"
+            "$py" - "$models" <<'EOF'
+import glob, os, sys, zipfile
+out = sys.argv[1]
+(wheel,) = glob.glob(os.path.join(out, "wheel", "*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.endswith(("_det_infer.onnx", "_cls_infer.onnx")):
+            with open(os.path.join(out, os.path.basename(name)), "wb") as f:
+                f.write(z.read(name))
+EOF
+            touch "$models/.ready"
+        fi
+        if [ "$model" = det ]; then
+            path=$models/ch_PP-OCRv4_det_infer.onnx; shape=${shape:-1x3x640x640}
+        else
+            path=$models/ch_ppocr_mobile_v2.0_cls_infer.onnx; shape=${shape:-1x3x48x192}
+        fi
+        ;;
+    *) path=$model ;;
+esac
+[ -f "$path" ] || { echo "onnx.sh: no model at $path" >&2; exit 2; }
+
+name=$(basename "$path" .onnx)${shape:+-$shape}
+prepared=$home/prepared/$name
+echo "== prepare $path${shape:+ at $shape}" >&2
+"$py" onnx/prepare.py "$path" "$prepared" ${shape:+--input-shape "$shape"} >&2
+
+echo "== build gsched-onnx ($profile)" >&2
+cargo build --locked --quiet --profile "$profile" -p graphsched-onnx
+dir=$profile; [ "$profile" = dev ] && dir=debug
+exec "$root/target/$dir/gsched-onnx" "$prepared" --ort-library "$library" "${args[@]}"
