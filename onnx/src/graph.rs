@@ -2,10 +2,11 @@
 //! one graphsched node per ONNX node, whose kernel is a C callback that runs the node's own
 //! ONNX Runtime session on tensors wrapping graphsched's buffers (zero copy both ways).
 
+use crate::kernel::{onnx_kernel, NodeKernel};
 use crate::manifest::{Manifest, TensorInfo};
-use crate::ort_api::{Runtime, Session, SessionConfig};
+use crate::ort_api::{Runtime, SessionConfig};
 use graphsched::ffi::*;
-use graphsched::{GraphInfo, SimResult, Tensor, ValueRef};
+use graphsched::{GraphInfo, SimResult, ValueRef};
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr, CString};
 
@@ -47,75 +48,6 @@ pub struct Parallelism {
     pub critical_path_ns: u64,
     /// Simulated makespan at each thread count.
     pub makespans: Vec<(usize, u64)>,
-}
-
-/// What one node's kernel needs: its session and its tensors' names, shapes and types.
-struct NodeKernel<'r> {
-    runtime: &'r Runtime,
-    session: Session<'r>,
-    name: String,
-    inputs: Vec<TensorInfo>,
-    input_names: Vec<CString>,
-    outputs: Vec<TensorInfo>,
-    output_names: Vec<CString>,
-}
-
-impl NodeKernel<'_> {
-    /// Wraps the node's buffers as ONNX Runtime tensors and runs its session into them.
-    ///
-    /// # Safety
-    /// `ctx` is the context of a running call of this node's kernel.
-    unsafe fn call(&self, ctx: *mut gs_kernel_ctx) -> Result<(), String> {
-        let mut inputs = Vec::with_capacity(self.inputs.len());
-        for (i, info) in self.inputs.iter().enumerate() {
-            // SAFETY: a live context (caller); the descriptor lives for the call.
-            let t = unsafe { gs_ctx_input(ctx, i as u32).as_ref() }.ok_or("no input descriptor")?;
-            check_size(t, info)?;
-            // SAFETY: graphsched keeps the input's buffer for the whole call; ONNX Runtime only reads inputs.
-            inputs.push(unsafe { self.runtime.tensor(t.data, t.nbytes, &info.shape, info.elem_type) }?);
-        }
-        let mut outputs = Vec::with_capacity(self.outputs.len());
-        for (i, info) in self.outputs.iter().enumerate() {
-            // SAFETY: as above, and the output's buffer is the node's to write.
-            let t = unsafe { gs_ctx_output(ctx, i as u32).as_mut() }.ok_or("no output descriptor")?;
-            check_size(t, info)?;
-            // SAFETY: the buffer holds the output's bytes and lives for the call.
-            outputs.push(unsafe { self.runtime.tensor(t.data, t.nbytes, &info.shape, info.elem_type) }?);
-        }
-        let in_names: Vec<*const i8> = self.input_names.iter().map(|n| n.as_ptr()).collect();
-        let out_names: Vec<*const i8> = self.output_names.iter().map(|n| n.as_ptr()).collect();
-        self.session.run(&in_names, &inputs, &out_names, &mut outputs)
-    }
-}
-
-fn check_size(t: &Tensor, info: &TensorInfo) -> Result<(), String> {
-    if t.nbytes != info.bytes() || t.data.is_null() {
-        return Err(format!(
-            "{} has {} bytes, its shape {:?} needs {}",
-            info.name,
-            t.nbytes,
-            info.shape,
-            info.bytes()
-        ));
-    }
-    Ok(())
-}
-
-/// The C callback every node shares; `user_data` is its `NodeKernel`.
-unsafe extern "C" fn onnx_kernel(ctx: *mut gs_kernel_ctx, user_data: *mut c_void) -> i32 {
-    // SAFETY: `user_data` is the node's boxed kernel, which outlives the graph (OnnxGraph frees
-    // the graph before its kernels), so it outlives every run; kernels are only read.
-    let kernel = unsafe { &*(user_data as *const NodeKernel<'_>) };
-    // SAFETY: graphsched passes the live context of this call.
-    match unsafe { kernel.call(ctx) } {
-        Ok(()) => 0,
-        Err(e) => {
-            let message = CString::new(format!("{}: {e}", kernel.name).replace('\0', " ")).unwrap_or_default();
-            // SAFETY: live context, NUL-terminated message copied by the call.
-            unsafe { gs_ctx_set_error(ctx, message.as_ptr()) };
-            1
-        }
-    }
 }
 
 /// `Ok` for GS_OK, else the status name and the library's sentence.
@@ -161,22 +93,13 @@ impl<'r> OnnxGraph<'r> {
         let mut producers: HashMap<&str, ValueRef> = HashMap::from([(input.name.as_str(), built.input)]);
         for node in &manifest.nodes {
             let read = distinct_reads(node, &tensors);
-            let kernel = Box::new(NodeKernel {
+            let kernel = Box::new(NodeKernel::new(
                 runtime,
-                session: runtime.session(&manifest.dir.join(&node.file), config)?,
-                name: node.name.clone(),
-                inputs: read.iter().map(|n| tensors[n.as_str()].clone()).collect(),
-                input_names: read
-                    .iter()
-                    .map(|n| CString::new(n.as_str()).unwrap_or_default())
-                    .collect(),
-                outputs: node.outputs.iter().map(|n| tensors[n.as_str()].clone()).collect(),
-                output_names: node
-                    .outputs
-                    .iter()
-                    .map(|n| CString::new(n.as_str()).unwrap_or_default())
-                    .collect(),
-            });
+                runtime.session(&manifest.dir.join(&node.file), config)?,
+                &node.name,
+                read.iter().map(|n| tensors[n.as_str()].clone()).collect(),
+                node.outputs.iter().map(|n| tensors[n.as_str()].clone()).collect(),
+            ));
             let inputs: Vec<ValueRef> = read
                 .iter()
                 .map(|n| {
@@ -186,12 +109,12 @@ impl<'r> OnnxGraph<'r> {
                         .ok_or(format!("node {} reads {n} before it is made", node.name))
                 })
                 .collect::<Result<_, _>>()?;
-            let sizes: Vec<usize> = kernel.outputs.iter().map(TensorInfo::bytes).collect();
+            let sizes: Vec<usize> = kernel.outputs().iter().map(TensorInfo::bytes).collect();
             let name = CString::new(node.name.as_str()).map_err(|_| "a NUL in a name")?;
             // graphsched learns durations per op type: a Conv on 640x640 and one on 20x20 differ
             // 1000x, so the type a node learns under is its op and its first input and output shapes.
             let op =
-                CString::new(op_key(&node.op, &kernel.inputs, &kernel.outputs)).map_err(|_| "a NUL in an op type")?;
+                CString::new(op_key(&node.op, kernel.inputs(), kernel.outputs())).map_err(|_| "a NUL in an op type")?;
             let desc = gs_node_desc {
                 name: name.as_ptr(),
                 op_type: op.as_ptr(),

@@ -5,6 +5,7 @@
 
 mod check;
 mod graph;
+mod kernel;
 mod manifest;
 mod measure;
 mod ort_api;

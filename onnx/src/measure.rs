@@ -14,11 +14,11 @@ use std::time::Instant;
 pub enum Runner {
     /// graphsched's executor over single-threaded per-node sessions.
     Graphsched(Memory),
-    /// graphsched without an executor, its per-node sessions sharing one intra-op pool of the
-    /// configuration's threads (ONNX Runtime's global thread pool).
+    /// graphsched without an executor, with a sequential plan, its per-node sessions sharing
+    /// one intra-op pool of the configuration's threads (ONNX Runtime's global thread pool).
     GraphschedIntra,
-    /// graphsched's executor on `threads` threads, its per-node sessions sharing an intra-op
-    /// pool of as many: both kinds of parallelism at once (oversubscribed 2x).
+    /// graphsched's executor on `threads` threads with a scheduled plan, its per-node sessions
+    /// sharing an intra-op pool of as many: both kinds of parallelism at once (oversubscribed).
     GraphschedBoth,
     /// ONNX Runtime's sequential executor, `threads` intra-op threads.
     OrtSequential,
@@ -53,8 +53,8 @@ impl Runner {
     pub fn describe(self) -> String {
         match self {
             Runner::Graphsched(memory) => format!("graphsched ({})", memory.name()),
-            Runner::GraphschedIntra => "graphsched (pool, shared intra-op pool)".to_string(),
-            Runner::GraphschedBoth => "graphsched (pool, executor + intra-op pool)".to_string(),
+            Runner::GraphschedIntra => "graphsched (sequential plan, shared intra-op pool)".to_string(),
+            Runner::GraphschedBoth => "graphsched (scheduled plan, executor + intra-op pool)".to_string(),
             Runner::OrtSequential => "onnxruntime (sequential, intra-op)".to_string(),
             Runner::OrtParallel => "onnxruntime (parallel, inter-op)".to_string(),
         }

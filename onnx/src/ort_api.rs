@@ -280,6 +280,9 @@ pub struct Value<'r> {
     _runtime: std::marker::PhantomData<&'r Runtime>,
 }
 
+// SAFETY: an OrtValue over caller memory has no thread affinity; its users serialize access.
+unsafe impl Send for Value<'_> {}
+
 impl Drop for Value<'_> {
     fn drop(&mut self) {
         // SAFETY: made by CreateTensorWithDataAsOrtValue, released once.
