@@ -86,10 +86,8 @@ impl<'r> OnnxGraph<'r> {
         let input = manifest.input();
         let name = CString::new(input.name.as_str()).map_err(|_| "a NUL in a name")?;
         // SAFETY: live graph, NUL-terminated name, valid out pointer.
-        gs_check(
-            unsafe { gs_graph_add_input(graph, name.as_ptr(), input.bytes(), &mut built.input) },
-            "gs_graph_add_input",
-        )?;
+        let status = unsafe { gs_graph_add_input(graph, name.as_ptr(), input.bytes(), &mut built.input) };
+        gs_check(status, "gs_graph_add_input")?;
         let mut producers: HashMap<&str, ValueRef> = HashMap::from([(input.name.as_str(), built.input)]);
         for node in &manifest.nodes {
             let read = distinct_reads(node, &tensors);

@@ -107,10 +107,8 @@ impl Engine {
                 threads: threads as u32,
             };
             // SAFETY: readable config, valid out pointer.
-            gs_check(
-                unsafe { gs_executor_new(&config, &mut engine.executor) },
-                "gs_executor_new",
-            )?;
+            let status = unsafe { gs_executor_new(&config, &mut engine.executor) };
+            gs_check(status, "gs_executor_new")?;
         }
         let g = graph.handle();
         // SAFETY: a finalized graph and valid out pointers.
@@ -146,10 +144,8 @@ impl Engine {
         };
         let mut result = ptr::null_mut();
         // SAFETY: live graph, pool, options whose binding outlives the call; valid out pointer.
-        gs_check(
-            unsafe { gs_run(graph.handle(), self.pool, &options, &mut result) },
-            "gs_run",
-        )?;
+        let status = unsafe { gs_run(graph.handle(), self.pool, &options, &mut result) };
+        gs_check(status, "gs_run")?;
         let mut stats = RunStats::default();
         let mut outputs = Vec::new();
         // SAFETY: a live result, freed once at the end; output bytes are copied out before.
