@@ -206,3 +206,42 @@ fn distinct_reads(node: &crate::manifest::NodeInfo, tensors: &HashMap<&str, &Ten
     }
     read
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::NodeInfo;
+
+    fn tensor(name: &str, shape: &[i64]) -> TensorInfo {
+        TensorInfo {
+            name: name.into(),
+            elem_type: 1,
+            elem_bytes: 4,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_node_reads_each_produced_value_once_and_neither_weights_nor_absent_inputs() {
+        let (a, b) = (tensor("a", &[2]), tensor("b", &[2]));
+        let tensors: HashMap<&str, &TensorInfo> = HashMap::from([("a", &a), ("b", &b)]);
+        let node = NodeInfo {
+            name: "n".into(),
+            op: "Add".into(),
+            file: String::new(),
+            inputs: vec!["b".into(), "weight".into(), "b".into(), "".into(), "a".into()],
+            outputs: vec!["c".into()],
+        };
+        assert_eq!(distinct_reads(&node, &tensors), ["b", "a"]);
+    }
+
+    #[test]
+    fn nodes_learn_under_their_op_and_shapes() {
+        let key = op_key("Conv", &[tensor("x", &[1, 3, 8, 8])], &[tensor("y", &[1, 16, 4, 4])]);
+        assert_eq!(key, "Conv 1x3x8x8->1x16x4x4");
+        assert_ne!(
+            key,
+            op_key("Conv", &[tensor("x", &[1, 3, 16, 16])], &[tensor("y", &[1, 16, 8, 8])])
+        );
+    }
+}

@@ -116,3 +116,59 @@ impl Manifest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = r#"{"model": "m.onnx", "optimization": "all", "prepared": "prepared.onnx",
+        "weights_bytes": 256,
+        "inputs": [{"name": "x", "elem_type": 1, "elem_bytes": 4, "shape": [1, 3, 4, 4]}],
+        "outputs": ["y"],
+        "values": [{"name": "y", "elem_type": 7, "elem_bytes": 8, "shape": [2, 5]}],
+        "nodes": [{"name": "n", "op": "Relu", "domain": "", "file": "nodes/0000.onnx",
+                   "inputs": ["x"], "outputs": ["y"]}]}"#;
+
+    fn manifest_in(dir: &Path, text: &str) -> Result<Manifest, String> {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("manifest.json"), text).unwrap();
+        Manifest::load(dir)
+    }
+
+    #[test]
+    fn a_manifest_gives_sizes_from_shapes_and_a_fixed_input() {
+        let dir = std::env::temp_dir().join(format!("gs-onnx-manifest-{}", std::process::id()));
+        let m = manifest_in(&dir, MANIFEST).unwrap();
+        assert_eq!(m.input().bytes(), 3 * 16 * 4);
+        assert_eq!(m.tensors()["y"].bytes(), 80);
+        let bytes = m.input_bytes();
+        assert_eq!(bytes.len(), 192);
+        assert_eq!(bytes, m.input_bytes(), "both runtimes must see the same input");
+        let floats: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert!(floats.iter().all(|x| (-1.0..1.0).contains(x)));
+        assert!(floats.windows(2).any(|w| w[0] != w[1]));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_missing_or_broken_manifest_is_named() {
+        let dir = std::env::temp_dir().join(format!("gs-onnx-broken-{}", std::process::id()));
+        let missing = Manifest::load(&dir.join("nowhere")).unwrap_err();
+        assert!(
+            missing.contains("manifest.json") && missing.contains("prepare.py"),
+            "{missing}"
+        );
+        let broken = manifest_in(&dir, "{\"model\": 3}").unwrap_err();
+        assert!(broken.contains("is not a manifest"), "{broken}");
+        let two_inputs = MANIFEST.replace(
+            r#""inputs": [{"#,
+            r#""inputs": [{"name": "z", "elem_type": 1, "elem_bytes": 4, "shape": [1]}, {"#,
+        );
+        let refused = manifest_in(&dir, &two_inputs).unwrap_err();
+        assert!(refused.contains("2 inputs"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -65,12 +65,12 @@ pub fn print_rows(manifest: &Manifest, checks: &[Check], parallelism: &Paralleli
         "each row in a process of its own; wall: median of warm runs; activation: graphsched's pool peak reserved, ONNX Runtime's RSS growth"
     );
     println!(
-        "{:<42} {:>7} {:>9} {:>11} {:>11} {:>9} {:>6}",
+        "{:<54} {:>7} {:>9} {:>11} {:>11} {:>9} {:>6}",
         "runtime", "threads", "wall ms", "activ. MiB", "RSS+ MiB", "peak MiB", "equal"
     );
     for r in rows {
         println!(
-            "{:<42} {:>7} {:>9.2} {:>11} {:>11} {:>9} {:>6}",
+            "{:<54} {:>7} {:>9.2} {:>11} {:>11} {:>9} {:>6}",
             r.runtime,
             r.threads,
             r.wall_ns as f64 / 1e6,
