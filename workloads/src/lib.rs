@@ -9,6 +9,8 @@ pub mod kernels;
 pub mod measured;
 pub mod naive;
 pub mod seed;
+pub mod svg;
+pub mod tune;
 
 pub use graph_file::{GraphFile, LoadedGraph};
 pub use kernels::{checksum, Ledger};

@@ -64,6 +64,18 @@ pub fn run_naive(
     inputs: &InputBuffers,
     ledger: &Ledger,
 ) -> Result<NaiveStats, String> {
+    run_naive_traced(file, graph, inputs, ledger, &mut Vec::new())
+}
+
+/// [`run_naive`], recording after each node (nanoseconds since the first node's start, bytes
+/// held) in `timeline`.
+pub fn run_naive_traced(
+    file: &GraphFile,
+    graph: &Graph,
+    inputs: &InputBuffers,
+    ledger: &Ledger,
+    timeline: &mut Vec<(u64, u64)>,
+) -> Result<NaiveStats, String> {
     let mut values: HashMap<&str, (*const u8, usize, ValueRef)> = HashMap::new();
     for (spec, (v, bytes)) in file.inputs.iter().zip(inputs.bytes()) {
         values.insert(&spec.name, (bytes.as_ptr(), bytes.len(), v));
@@ -105,6 +117,7 @@ pub fn run_naive(
             values.insert(&out.name, (p as *const u8, out.bytes, v));
         }
         spin_until(node_start, Some(Duration::from_nanos(graph.expected_ns(node))));
+        timeline.push((start.elapsed().as_nanos() as u64, live));
     }
     let wall_ns = start.elapsed().as_nanos() as u64;
     let (held1, mapped1) = malloc_held();

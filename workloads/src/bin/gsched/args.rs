@@ -34,6 +34,9 @@ pub(crate) enum Command {
     Info(InfoArgs),
     /// Plans a graph's memory statically: one arena, against the lower bounds and the pool.
     Plan(PlanArgs),
+    /// Sweeps the window and the memory limit on the simulator, confirms the Pareto front with
+    /// real runs and recommends the knee.
+    Tune(TuneArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -108,6 +111,10 @@ pub(crate) struct DemoArgs {
     /// Write the Chrome trace (Perfetto, chrome://tracing) of the `critical` run to FILE
     #[arg(long, value_name = "FILE")]
     pub(crate) trace: Option<PathBuf>,
+    /// Draw live bytes over time (naive, pool, critical) and the critical run's timeline to FILE
+    /// (SVG)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) svg: Option<PathBuf>,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub(crate) json: bool,
@@ -174,6 +181,24 @@ pub(crate) struct RunArgs {
     /// Write the Chrome trace (Perfetto, chrome://tracing) of the last run to FILE
     #[arg(long, value_name = "FILE")]
     pub(crate) trace: Option<PathBuf>,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct TuneArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// Threads of the executor, simulated and real
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub(crate) threads: u16,
+    /// Real runs of each point on the front (wall time: their median)
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) runs: u32,
+    /// Draw the front to FILE (SVG): peak memory across, wall time up, the knee and the bounds
+    #[arg(long, value_name = "FILE")]
+    pub(crate) svg: Option<PathBuf>,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub(crate) json: bool,

@@ -3,13 +3,14 @@
 use std::sync::Arc;
 
 use graphsched::plan::{Mode, Plan};
-use graphsched::{Executor, Policy, Pool};
-use graphsched_workloads::naive::run_naive;
+use graphsched::{Executor, NodeEvent, Policy, Pool};
+use graphsched_workloads::naive::run_naive_traced;
+use graphsched_workloads::svg::{demo_svg, Curve};
 use serde_json::json;
 
 use crate::args::DemoArgs;
 use crate::format::{mb, ms, ratio, to_json, wrap, Table};
-use crate::measure::{measured_run, minor_faults, write_trace, Progress, Row};
+use crate::measure::{measured_run, minor_faults, write_trace, Knobs, Progress, Row};
 use crate::workload::{physical_memory, Bounds, Workload};
 use crate::DEMO_SCALE;
 
@@ -32,13 +33,21 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
     let executor = Executor::new(threads).map_err(|e| format!("cannot start the executor: {e}"))?;
     let strategies = ["naive", "pool", "fifo", "critical", "critical_limited", "planned"];
     let mut rows: Vec<Row> = Vec::new();
+    // For --svg: live bytes over time of naive, pool and critical, and the critical run's nodes.
+    let mut curves: Vec<Curve> = Vec::new();
+    let mut timeline: Vec<NodeEvent> = Vec::new();
     for (i, &strategy) in strategies.iter().enumerate() {
         progress.show(&format!("demo: running {strategy} ({}/{})...", i + 1, strategies.len()));
         let row = match strategy {
             "naive" => {
                 let faults = minor_faults();
-                let stats = run_naive(&workload.file, &built.graph, &built.inputs, &built.ledger)
+                let mut points = Vec::new();
+                let stats = run_naive_traced(&workload.file, &built.graph, &built.inputs, &built.ledger, &mut points)
                     .map_err(|e| format!("the naive run failed: {e}"))?;
+                curves.push(Curve {
+                    name: strategy.to_string(),
+                    points,
+                });
                 Row {
                     strategy: strategy.to_string(),
                     wall_ns: stats.wall_ns,
@@ -58,7 +67,8 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
                     "planned" => (Some(&executor), Policy::default(), 0),
                     _ => (Some(&executor), Policy::CriticalPath, bounds.max_live_lb_bytes),
                 };
-                let traced = strategy == "critical" && args.trace.is_some();
+                let drawn = args.svg.is_some() && (strategy == "pool" || strategy == "critical");
+                let traced = (strategy == "critical" && args.trace.is_some()) || drawn;
                 // planned: a static plan for the schedule on the executor's threads (one arena
                 // per run; the plan's ordering constraints keep it safe in any real order).
                 let threads = executor.map_or(1, Executor::threads);
@@ -68,11 +78,30 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
                     .map_err(|e| format!("cannot plan the graph: {e}"))?;
                 // A fresh pool per strategy: each row shows a cold first run.
                 let pool = Arc::new(Pool::default());
-                let (row, result) =
-                    measured_run(strategy, &built, &pool, executor, policy, limit, traced, plan.as_ref())
-                        .map_err(|e| format!("the {strategy} run failed: {e}"))?;
-                if let (true, Some(path)) = (traced, &args.trace) {
+                let knobs = Knobs {
+                    executor,
+                    policy,
+                    memory_limit_bytes: limit,
+                    trace: traced,
+                    plan: plan.as_ref(),
+                    ..Default::default()
+                };
+                let (row, result) = measured_run(strategy, &built, &pool, knobs)
+                    .map_err(|e| format!("the {strategy} run failed: {e}"))?;
+                if let (true, Some(path)) = (strategy == "critical", &args.trace) {
                     write_trace(path, &result)?;
+                }
+                if drawn {
+                    let mut events = result.events().to_vec();
+                    events.sort_by_key(|e| e.end_ns);
+                    let points = events.iter().map(|e| (e.end_ns, e.live_bytes)).collect();
+                    curves.push(Curve {
+                        name: strategy.to_string(),
+                        points,
+                    });
+                    if strategy == "critical" {
+                        timeline = events;
+                    }
                 }
                 row
             }
@@ -80,6 +109,11 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
         rows.push(row);
     }
     drop(progress);
+    if let Some(path) = &args.svg {
+        let priorities = built.graph.priorities();
+        let svg = demo_svg(&curves, &timeline, &priorities.slack, priorities.critical_path_ns)?;
+        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
 
     if args.json {
         return to_json(&json!({
@@ -119,6 +153,9 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
             mb(bounds.max_live_lb_bytes),
             match &args.trace {
                 Some(path) => format!(" Trace of the critical run: {}.", path.display()),
+                None => String::new(),
+            } + &match &args.svg {
+                Some(path) => format!(" Picture: {}.", path.display()),
                 None => String::new(),
             }
         ),

@@ -17,6 +17,7 @@ use crate::info_cmd::info_command;
 use crate::plan_cmd::plan_command;
 use crate::run_cmd::run_command;
 use crate::simulate_cmd::simulate_command;
+use crate::tune_cmd::tune_command;
 
 /// Seed pipeline scale of `demo` (and of `run seed`): the five strategies take about 18 s in all
 /// on the project's 2-core machine.
@@ -32,6 +33,7 @@ mod measure;
 mod plan_cmd;
 mod run_cmd;
 mod simulate_cmd;
+mod tune_cmd;
 mod workload;
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate_command(args),
         Command::Info(args) => info_command(args),
         Command::Plan(args) => plan_command(args),
+        Command::Tune(args) => tune_command(args),
     };
     match result {
         Ok(out) => {

@@ -32,18 +32,27 @@ pub(crate) fn minor_faults() -> u64 {
     }
 }
 
+/// The knobs of one measured run.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Knobs<'a> {
+    /// None: the calling thread alone, in file order.
+    pub(crate) executor: Option<&'a Executor>,
+    pub(crate) policy: Policy,
+    /// 0: no limit.
+    pub(crate) memory_limit_bytes: u64,
+    /// 0: as many nodes in flight as threads.
+    pub(crate) window: usize,
+    pub(crate) trace: bool,
+    pub(crate) plan: Option<&'a Plan>,
+}
+
 /// Runs `built` once on `pool` and measures it; peaks are reset first, so they are this run's.
 /// The row is labelled `strategy`.
-#[allow(clippy::too_many_arguments)] // one per knob of a run; a struct would only rename them
 pub(crate) fn measured_run(
     strategy: &str,
     built: &Measured,
     pool: &Arc<Pool>,
-    executor: Option<&Executor>,
-    policy: Policy,
-    memory_limit_bytes: u64,
-    trace: bool,
-    plan: Option<&Plan>,
+    knobs: Knobs<'_>,
 ) -> graphsched::Result<(Row, RunResult)> {
     pool.reset_peaks();
     let before = pool.stats();
@@ -54,12 +63,13 @@ pub(crate) fn measured_run(
         pool,
         &RunOptions {
             inputs: &bindings,
-            executor,
-            policy,
-            memory_limit_bytes,
+            executor: knobs.executor,
+            policy: knobs.policy,
+            memory_limit_bytes: knobs.memory_limit_bytes,
+            window: knobs.window,
             freeze_estimates: true,
-            trace,
-            plan,
+            trace: knobs.trace,
+            plan: knobs.plan,
             ..Default::default()
         },
     )?;

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::args::RunArgs;
 use crate::demo::{row_cells, row_table};
 use crate::format::{mb, to_json, wrap};
-use crate::measure::{measured_run, write_trace, Progress, Row};
+use crate::measure::{measured_run, write_trace, Knobs, Progress, Row};
 use crate::workload::{Bounds, Workload};
 use crate::DEMO_SCALE;
 
@@ -35,17 +35,14 @@ pub(crate) fn run_command(args: RunArgs) -> Result<String, String> {
     for i in 0..runs {
         progress.show(&format!("run: run {}/{runs}...", i + 1));
         let traced = args.trace.is_some() && i + 1 == runs;
-        let (row, result) = measured_run(
-            strategy,
-            &built,
-            &pool,
-            executor.as_ref(),
-            args.policy.policy(),
-            args.memory_limit,
-            traced,
-            None,
-        )
-        .map_err(|e| match runs {
+        let knobs = Knobs {
+            executor: executor.as_ref(),
+            policy: args.policy.policy(),
+            memory_limit_bytes: args.memory_limit,
+            trace: traced,
+            ..Default::default()
+        };
+        let (row, result) = measured_run(strategy, &built, &pool, knobs).map_err(|e| match runs {
             1 => format!("the run failed: {e}"),
             _ => format!("run {} of {runs} failed: {e}", i + 1),
         })?;
