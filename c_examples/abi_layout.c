@@ -21,7 +21,7 @@
     X(gs_pool_config, 32, 8)    \
     X(gs_pool_stats, 88, 8)     \
     X(gs_run_stats, 56, 8)      \
-    X(gs_node_desc, 72, 8)      \
+    X(gs_node_desc, 80, 8)      \
     X(gs_run_options, 72, 8)    \
     X(gs_executor_config, 4, 4) \
     X(gs_sim_options, 24, 8)    \
@@ -47,6 +47,7 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_node_desc, num_outputs, 44)             \
     X(gs_node_desc, output_sizes, 48)            \
     X(gs_node_desc, flags, 64)                   \
+    X(gs_node_desc, size_fn, 72)                 \
     X(gs_run_options, num_inputs, 8)             \
     X(gs_run_options, executor, 16)              \
     X(gs_run_options, memory_limit_bytes, 24)    \

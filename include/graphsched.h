@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#define GS_VERSION_STRING "0.2.0"
+#define GS_VERSION_STRING "0.3.0"
 
 /* Output size meaning "the kernel allocates this output with gs_ctx_alloc_output". */
 #define GS_SIZE_DYNAMIC SIZE_MAX
@@ -32,13 +32,13 @@
 #define GS_VERSION_MAJOR 0
 
 // Minor version this header declares: the crate's, checked when the library builds.
-#define GS_VERSION_MINOR 2
+#define GS_VERSION_MINOR 3
 
 // Patch version this header declares: the crate's, checked when the library builds.
 #define GS_VERSION_PATCH 0
 
 // `major * 10000 + minor * 100 + patch`.
-#define GS_VERSION_NUMBER 200
+#define GS_VERSION_NUMBER 300
 
 // Most dimensions a `gs_tensor` carries.
 #define GS_MAX_DIMS 8
@@ -261,6 +261,19 @@ typedef struct gs_value {
 // A C++ exception must not leave a kernel: catch it and return non-zero.
 typedef int32_t (*gs_kernel_fn)(struct gs_kernel_ctx *ctx, void *user_data);
 
+// A node's size function, for graphs with inputs of dynamic size: from the sizes of the values
+// the node reads (`input_sizes[i]` for input slot `i`; `GS_SIZE_DYNAMIC` for one not known
+// before its kernel runs) to its output sizes. `output_sizes` holds the declared sizes on entry;
+// overwrite any with a positive byte count, or `GS_SIZE_DYNAMIC` to leave the output to the
+// kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
+// not seen before, in topological order; return 0, or non-zero to fail the run
+// (`GS_ERR_KERNEL_FAILED`, naming the node).
+typedef int32_t (*gs_size_fn)(const size_t *input_sizes,
+                              uint32_t num_inputs,
+                              size_t *output_sizes,
+                              uint32_t num_outputs,
+                              void *user_data);
+
 // Everything that describes one node. Zero-initialize, then fill in.
 typedef struct gs_node_desc {
   // Unique, non-empty, UTF-8.
@@ -291,6 +304,9 @@ typedef struct gs_node_desc {
   // With `GS_NODE_IN_PLACE`: the input slot (index into `inputs`) whose buffer that output may
   // take over.
   uint16_t in_place_input;
+  // How the output sizes follow the input sizes, for graphs with inputs of dynamic size; NULL:
+  // the declared sizes hold whatever the inputs.
+  gs_size_fn size_fn;
 } gs_node_desc;
 
 // Figures about a finalized graph. (C: `gs_graph_info`).
@@ -632,7 +648,8 @@ gs_status gs_graph_new(struct gs_graph **out);
 void gs_graph_free(struct gs_graph *graph);
 
 // Adds a graph input of `nbytes`, bound to caller memory at each run; `out` (may be NULL)
-// receives its value.
+// receives its value. `GS_SIZE_DYNAMIC`: each run's binding gives the size, and nodes whose
+// outputs follow it say how with a `size_fn`; runs plan once per set of input sizes.
 //
 // Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 // calls took it).

@@ -36,7 +36,22 @@ use crate::tensor::{Tensor, ALIGNMENT};
 
 /// A kernel: reads the inputs and writes the outputs of its node through the context. An error
 /// string stops the run and is reported with the node's name.
-pub type Kernel = Box<dyn Fn(&mut KernelCtx<'_>) -> std::result::Result<(), String> + Send + Sync>;
+pub type Kernel = Box<KernelFn>;
+
+/// What a [`Kernel`] boxes; a graph keeps it behind an `Arc`, which the graphs it makes for
+/// other input sizes share (`Graph::specialize`).
+pub type KernelFn = dyn Fn(&mut KernelCtx<'_>) -> std::result::Result<(), String> + Send + Sync;
+
+/// A node's size function: from its inputs' sizes to its outputs', before any kernel of a run
+/// whose inputs have sizes not seen before. `outputs` holds the declared sizes on entry
+/// (`usize::MAX` for a dynamic one); it may overwrite any of them with a positive size, or with
+/// `usize::MAX` to leave the output to the kernel (`KernelCtx::alloc_output`). Inputs of dynamic
+/// size not known yet (a kernel-allocated output) read as `usize::MAX`. An error string fails
+/// the run, naming the node.
+pub type SizeFn = Box<SizeFnDyn>;
+
+/// What a [`SizeFn`] boxes.
+pub type SizeFnDyn = dyn Fn(&[usize], &mut [usize]) -> std::result::Result<(), String> + Send + Sync;
 
 /// How a kernel's dynamic outputs get memory: the run implements it for each kernel call.
 pub(crate) trait DynamicOutputs {

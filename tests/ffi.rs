@@ -220,6 +220,7 @@ fn desc(name: &CStr, kernel: gs_kernel_fn, inputs: &[ValueRef], sizes: &[usize],
         flags: 0,
         in_place_output: 0,
         in_place_input: 0,
+        size_fn: None,
     }
 }
 

@@ -92,6 +92,7 @@ proptest! {
                             flags: 0,
                             in_place_output: 0,
                             in_place_input: 0,
+                            size_fn: None,
                         };
                         let mut id = u32::MAX;
                         let s = gs_graph_add_node(g, &desc, &mut id);

@@ -88,6 +88,7 @@ fn c_chain(n: usize, bytes: usize) -> *mut gs_graph {
             flags: 0,
             in_place_output: 0,
             in_place_input: 0,
+            size_fn: None,
         };
         let mut id = 0;
         // SAFETY: the descriptor and what it points to live across the call; the kernel does

@@ -126,6 +126,7 @@ impl<'r> OnnxGraph<'r> {
                 flags: 0,
                 in_place_output: 0,
                 in_place_input: 0,
+                size_fn: None,
             };
             let mut id = 0;
             // SAFETY: live graph; the descriptor's arrays and strings live for the call, and

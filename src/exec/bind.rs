@@ -5,8 +5,26 @@ use std::cell::UnsafeCell;
 use super::run::InputBinding;
 use super::state::{RunState, Slot};
 use crate::error::{err, ErrorKind, Result};
+use crate::graph::Graph;
 use crate::kernel::Buffer;
 use crate::tensor::ALIGNMENT;
+
+/// The sizes `bindings` give the graph's inputs of dynamic size, in the order of
+/// `Graph::dynamic_inputs` (the first binding of an input counts; `bind` reports a second).
+pub(super) fn dynamic_sizes(g: &Graph, bindings: &[InputBinding<'_>]) -> Result<Vec<usize>> {
+    g.dynamic_inputs()
+        .map(|node| match bindings.iter().find(|b| b.value().node == node) {
+            Some(b) => Ok(b.tensor().nbytes),
+            None => err(
+                ErrorKind::InputBinding,
+                format!(
+                    "graph input '{}' (node {node}) is not bound, and its size is the binding's",
+                    g.node_name(node)
+                ),
+            ),
+        })
+        .collect()
+}
 
 impl RunState<'_> {
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.

@@ -277,6 +277,21 @@ impl Drop for RunResult {
 /// Runs `graph` once. On failure every buffer the run took is back in the pool before this
 /// returns, exactly one error is reported (the first), and the graph can run again.
 pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Result<RunResult> {
+    if graph.has_dynamic_inputs() {
+        // Runs go on the graph made for these input sizes (`graph/specialize.rs`).
+        if options.plan.is_some() {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} has inputs of dynamic size, and a plan fixes every size: ask for automatic plans \
+                     instead (GS_RUN_AUTO_PLAN, RunOptions::auto_plan), made once per set of input sizes",
+                    graph.describe()
+                ),
+            );
+        }
+        let sizes = super::bind::dynamic_sizes(graph, options.inputs)?;
+        return run(&graph.specialize(&sizes)?, pool, options);
+    }
     let start = Instant::now();
     if let Some(plan) = options.plan {
         plan.check_graph(graph)?;

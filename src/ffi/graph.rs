@@ -41,6 +41,24 @@ impl gs_graph {
 #[allow(non_camel_case_types)]
 pub type gs_kernel_fn = Option<unsafe extern "C" fn(ctx: *mut gs_kernel_ctx, user_data: *mut c_void) -> i32>;
 
+/// A node's size function, for graphs with inputs of dynamic size: from the sizes of the values
+/// the node reads (`input_sizes[i]` for input slot `i`; `GS_SIZE_DYNAMIC` for one not known
+/// before its kernel runs) to its output sizes. `output_sizes` holds the declared sizes on entry;
+/// overwrite any with a positive byte count, or `GS_SIZE_DYNAMIC` to leave the output to the
+/// kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
+/// not seen before, in topological order; return 0, or non-zero to fail the run
+/// (`GS_ERR_KERNEL_FAILED`, naming the node).
+#[allow(non_camel_case_types)]
+pub type gs_size_fn = Option<
+    unsafe extern "C" fn(
+        input_sizes: *const usize,
+        num_inputs: u32,
+        output_sizes: *mut usize,
+        num_outputs: u32,
+        user_data: *mut c_void,
+    ) -> i32,
+>;
+
 /// Everything that describes one node. Zero-initialize, then fill in.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -73,6 +91,41 @@ pub struct gs_node_desc {
     /// With `GS_NODE_IN_PLACE`: the input slot (index into `inputs`) whose buffer that output may
     /// take over.
     pub in_place_input: u16,
+    /// How the output sizes follow the input sizes, for graphs with inputs of dynamic size; NULL:
+    /// the declared sizes hold whatever the inputs.
+    pub size_fn: gs_size_fn,
+}
+
+/// A C size function and its user data, callable from any thread (the header's contract).
+struct CSizeFn {
+    f: unsafe extern "C" fn(*const usize, u32, *mut usize, u32, *mut c_void) -> i32,
+    user_data: *mut c_void,
+}
+
+// SAFETY: the header requires size functions and their user data to be callable from any
+// thread; graphsched only passes the pointer back.
+unsafe impl Send for CSizeFn {}
+// SAFETY: as above.
+unsafe impl Sync for CSizeFn {}
+
+impl CSizeFn {
+    fn call(&self, inputs: &[usize], outputs: &mut [usize]) -> Result<(), String> {
+        // SAFETY: the caller vouched for the function and user data when adding the node; both
+        // arrays live for the call, with the lengths given.
+        let rc = unsafe {
+            (self.f)(
+                inputs.as_ptr(),
+                inputs.len() as u32,
+                outputs.as_mut_ptr(),
+                outputs.len() as u32,
+                self.user_data,
+            )
+        };
+        match rc {
+            0 => Ok(()),
+            rc => Err(format!("size function returned {rc}")),
+        }
+    }
 }
 
 /// Makes an empty graph.
@@ -112,7 +165,8 @@ pub unsafe extern "C" fn gs_graph_free(graph: *mut gs_graph) {
 }
 
 /// Adds a graph input of `nbytes`, bound to caller memory at each run; `out` (may be NULL)
-/// receives its value.
+/// receives its value. `GS_SIZE_DYNAMIC`: each run's binding gives the size, and nodes whose
+/// outputs follow it say how with a `size_fn`; runs plan once per set of input sizes.
 ///
 /// Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 /// calls took it).
@@ -132,7 +186,10 @@ pub unsafe extern "C" fn gs_graph_add_input(
         let g = unsafe { handle_ref(graph, "graph") }?;
         // SAFETY: NUL-terminated by contract; NULL is reported, not read.
         let name = unsafe { str_arg(name, "name") }?;
-        let value = g.builder().add_input(name, nbytes)?;
+        let value = match nbytes {
+            GS_SIZE_DYNAMIC => g.builder().add_dynamic_input(name)?,
+            n => g.builder().add_input(name, n)?,
+        };
         // SAFETY: NULL or writable by contract.
         if let Some(out) = unsafe { out.as_mut() } {
             *out = value;
@@ -219,6 +276,14 @@ pub unsafe extern "C" fn gs_graph_add_node(
             estimate_ns: (d.estimated_ns != 0).then_some(d.estimated_ns),
             zero_output: d.flags & GS_NODE_ZERO_OUTPUT != 0,
             in_place: (d.flags & GS_NODE_IN_PLACE != 0).then_some((d.in_place_output as u32, d.in_place_input as u32)),
+            sizes: d.size_fn.map(|f| {
+                let f = CSizeFn {
+                    f,
+                    user_data: d.user_data,
+                };
+                Box::new(move |inputs: &[usize], outputs: &mut [usize]| f.call(inputs, outputs))
+                    as crate::kernel::SizeFn
+            }),
         };
         let id = g.builder().add_node(node)?;
         // SAFETY: NULL or writable by contract.

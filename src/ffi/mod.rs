@@ -49,11 +49,11 @@ use crate::tensor::Tensor;
 /// Major version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_MAJOR: u32 = 0;
 /// Minor version this header declares: the crate's, checked when the library builds.
-pub const GS_VERSION_MINOR: u32 = 2;
+pub const GS_VERSION_MINOR: u32 = 3;
 /// Patch version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_PATCH: u32 = 0;
 /// `major * 10000 + minor * 100 + patch`.
-pub const GS_VERSION_NUMBER: u32 = 200;
+pub const GS_VERSION_NUMBER: u32 = 300;
 
 /// Most dimensions a `gs_tensor` carries.
 pub const GS_MAX_DIMS: u32 = 8;
@@ -132,7 +132,7 @@ const_assert_eq!(std::mem::size_of::<GraphInfo>(), 80);
 const_assert_eq!(std::mem::size_of::<PoolConfig>(), 32);
 const_assert_eq!(std::mem::size_of::<PoolStats>(), 88);
 const_assert_eq!(std::mem::size_of::<RunStats>(), 56);
-const_assert_eq!(std::mem::size_of::<gs_node_desc>(), 72);
+const_assert_eq!(std::mem::size_of::<gs_node_desc>(), 80);
 const_assert_eq!(std::mem::size_of::<gs_run_options>(), 72);
 const_assert_eq!(std::mem::size_of::<gs_executor_config>(), 4);
 const_assert_eq!(std::mem::size_of::<gs_sim_options>(), 24);

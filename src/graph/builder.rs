@@ -9,6 +9,7 @@ use super::compiled::Graph;
 use super::nodes::NodeTable;
 use super::{Kernel, OutputSize, ValueRef, MAX_NODE_PORTS, MAX_VALUE_BYTES};
 use crate::error::{err, ErrorKind, Result};
+use crate::kernel::SizeFn;
 
 /// Everything that describes one node to [`GraphBuilder::add_node`]. Built with [`NodeDesc::new`]
 /// and the chained setters; the builder checks it whole.
@@ -33,6 +34,10 @@ pub struct NodeDesc {
     /// input's last reader and the buffer is large enough (the kernel can tell, see
     /// `KernelCtx::output_in_place`). Graph inputs are never taken over.
     pub in_place: Option<(u32, u32)>,
+    /// How the output sizes follow the input sizes (see [`SizeFn`]): for graphs whose inputs
+    /// change size from run to run ([`GraphBuilder::add_dynamic_input`]). `None`: the outputs
+    /// keep their declared sizes whatever the inputs.
+    pub sizes: Option<SizeFn>,
 }
 
 impl NodeDesc {
@@ -47,7 +52,14 @@ impl NodeDesc {
             estimate_ns: None,
             zero_output: false,
             in_place: None,
+            sizes: None,
         }
+    }
+
+    /// Sets the size function: output sizes from input sizes, for each new set of input sizes.
+    pub fn sizes(mut self, f: SizeFn) -> Self {
+        self.sizes = Some(f);
+        self
     }
 
     /// Lets output `output` take over input `input`'s buffer (see [`NodeDesc::in_place`]).
@@ -147,6 +159,17 @@ impl GraphBuilder {
         Ok(ValueRef::new(id, 0))
     }
 
+    /// Adds a graph input whose size each run's binding gives. Nodes whose output sizes follow
+    /// it say how with a size function ([`NodeDesc::sizes`]); a run with input sizes not seen
+    /// before computes every size before any kernel runs, and runs with sizes seen before reuse
+    /// that work (`Graph::specialize`).
+    pub fn add_dynamic_input(&mut self, name: &str) -> Result<ValueRef> {
+        self.check_open()?;
+        let name = self.check_name(name, "graph input")?;
+        let id = self.push_node(name, u32::MAX, None, None, false, &[], &[OutputSize::Dynamic])?;
+        Ok(ValueRef::new(id, 0))
+    }
+
     /// Adds a node and returns its id.
     pub fn add_node(&mut self, desc: NodeDesc) -> Result<u32> {
         self.check_open()?;
@@ -213,6 +236,7 @@ impl GraphBuilder {
             &desc.outputs,
         )?;
         *self.nodes.in_place.last_mut().expect("just pushed") = in_place;
+        *self.nodes.size_fns.last_mut().expect("just pushed") = desc.sizes.map(std::sync::Arc::from);
         Ok(id)
     }
 
@@ -307,7 +331,8 @@ impl GraphBuilder {
             .insert(name.to_str().expect("names come from &str").to_owned(), id);
         self.nodes.names.push(name);
         self.nodes.op_of.push(op);
-        self.nodes.kernels.push(kernel);
+        self.nodes.kernels.push(kernel.map(std::sync::Arc::from));
+        self.nodes.size_fns.push(None);
         self.nodes.estimate_ns.push(estimate_ns);
         self.nodes.zero_output.push(zero_output);
         self.nodes.in_place.push(u32::MAX);
@@ -323,7 +348,7 @@ fn check_size(nbytes: usize, what: &str) -> Result<()> {
     if nbytes == 0 {
         return err(
             ErrorKind::InvalidArgument,
-            format!("{what} has size 0; give a positive byte count or mark it dynamic"),
+            format!("{what} has size 0; give a positive byte count, or mark it dynamic (GS_SIZE_DYNAMIC)"),
         );
     }
     if nbytes > MAX_VALUE_BYTES {

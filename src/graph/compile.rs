@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use super::builder::GraphBuilder;
 use super::compiled::{Graph, GraphInfo, NEXT_GRAPH_ID};
+use super::nodes::NodeTable;
 use super::order::{shorten, topological_order};
 use super::ValueRef;
 use crate::error::{err, ErrorKind, Result};
@@ -113,21 +114,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         }
     }
 
-    // Memory figures: the static total, and the largest single node (distinct inputs + outputs).
-    let size = |v: u32| b.nodes.value_sizes[v as usize].bytes().unwrap_or(0) as u64;
-    let static_bytes = (0..num_values as u32).map(size).fold(0u64, u64::saturating_add);
-    let mut seen_by = vec![u32::MAX; num_values];
-    let mut node_lower_bound_bytes = 0u64;
-    for node in 0..n {
-        let mut bytes = values_of(node as u32).map(size).fold(0u64, u64::saturating_add);
-        for &v in inputs_of(node) {
-            if seen_by[v as usize] != node as u32 {
-                seen_by[v as usize] = node as u32;
-                bytes = bytes.saturating_add(size(v));
-            }
-        }
-        node_lower_bound_bytes = node_lower_bound_bytes.max(bytes);
-    }
+    let (static_bytes, node_lower_bound_bytes) = size_figures(&b.nodes, &input_values);
 
     let graph_inputs: Vec<u32> = (0..n as u32)
         .filter(|&i| b.nodes.kernels[i as usize].is_none())
@@ -163,5 +150,30 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         structure: info,
         annexes: [OnceLock::new(), OnceLock::new()],
         lowest_live_order: OnceLock::new(),
+        specializations: Default::default(),
     })
+}
+
+/// The memory figures of [`GraphInfo`]: the static total, and the largest single node (its
+/// distinct inputs plus its outputs).
+pub(super) fn size_figures(nodes: &NodeTable, input_values: &[u32]) -> (u64, u64) {
+    let n = nodes.names.len();
+    let num_values = nodes.value_sizes.len();
+    let size = |v: u32| nodes.value_sizes[v as usize].bytes().unwrap_or(0) as u64;
+    let static_bytes = (0..num_values as u32).map(size).fold(0u64, u64::saturating_add);
+    let mut seen_by = vec![u32::MAX; num_values];
+    let mut node_lower_bound_bytes = 0u64;
+    for node in 0..n {
+        let values = nodes.value_start[node]..nodes.value_start[node + 1];
+        let mut bytes = values.map(size).fold(0u64, u64::saturating_add);
+        let slots = nodes.input_start[node] as usize..nodes.input_start[node + 1] as usize;
+        for &v in &input_values[slots] {
+            if seen_by[v as usize] != node as u32 {
+                seen_by[v as usize] = node as u32;
+                bytes = bytes.saturating_add(size(v));
+            }
+        }
+        node_lower_bound_bytes = node_lower_bound_bytes.max(bytes);
+    }
+    (static_bytes, node_lower_bound_bytes)
 }

@@ -10,7 +10,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 
 use super::nodes::NodeTable;
-use super::{Kernel, OutputSize, ValueRef};
+use super::{OutputSize, ValueRef};
+use crate::kernel::KernelFn;
 
 /// Figures about a finalized graph. (C: `gs_graph_info`).
 #[repr(C)]
@@ -80,6 +81,8 @@ pub struct Graph {
     pub(super) annexes: [OnceLock<Box<dyn Any + Send + Sync>>; 2],
     /// The topological order with the lowest max-live bound found, computed on first use.
     pub(super) lowest_live_order: OnceLock<super::memory::LiveOrder>,
+    /// For a graph with inputs of dynamic size: the graphs made for input sizes seen so far.
+    pub(super) specializations: super::specialize::Specializations,
 }
 
 impl std::fmt::Debug for Graph {
@@ -186,8 +189,8 @@ impl Graph {
         self.nodes.kernels[node as usize].is_none()
     }
 
-    pub(crate) fn kernel(&self, node: u32) -> Option<&Kernel> {
-        self.nodes.kernels[node as usize].as_ref()
+    pub(crate) fn kernel(&self, node: u32) -> Option<&KernelFn> {
+        self.nodes.kernels[node as usize].as_deref()
     }
 
     /// Whether the node's output buffers are cleared before its kernel runs.

@@ -44,6 +44,8 @@ pub mod memory;
 mod nodes;
 mod order;
 pub mod reach;
+mod specialize;
+pub use specialize::MAX_SPECIALIZATIONS;
 
 pub use builder::{GraphBuilder, NodeDesc};
 pub(crate) use compiled::Annex;

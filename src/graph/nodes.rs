@@ -4,10 +4,14 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::Arc;
 
-use super::{Kernel, OutputSize};
+use super::OutputSize;
+use crate::kernel::{KernelFn, SizeFnDyn};
 
-/// Nodes and their values, by node id (and value index for `value_sizes`).
+/// Nodes and their values, by node id (and value index for `value_sizes`). Cloning shares the
+/// kernels and size functions.
+#[derive(Clone)]
 pub(super) struct NodeTable {
     pub(super) names: Vec<CString>,
     pub(super) by_name: HashMap<String, u32>,
@@ -15,7 +19,9 @@ pub(super) struct NodeTable {
     /// Per node: index into `op_types`; graph inputs use `u32::MAX`.
     pub(super) op_of: Vec<u32>,
     /// `None` marks a graph input.
-    pub(super) kernels: Vec<Option<Kernel>>,
+    pub(super) kernels: Vec<Option<Arc<KernelFn>>>,
+    /// Per node: how its output sizes follow its input sizes, if they do.
+    pub(super) size_fns: Vec<Option<Arc<SizeFnDyn>>>,
     pub(super) estimate_ns: Vec<Option<u64>>,
     pub(super) zero_output: Vec<bool>,
     /// Per node: `output << 16 | input` of an in-place pair, or `u32::MAX`.
@@ -36,6 +42,7 @@ impl Default for NodeTable {
             op_types: Vec::new(),
             op_of: Vec::new(),
             kernels: Vec::new(),
+            size_fns: Vec::new(),
             estimate_ns: Vec::new(),
             zero_output: Vec::new(),
             in_place: Vec::new(),

@@ -1,0 +1,181 @@
+//! Graphs whose inputs change size from run to run (batch size, sequence length).
+//!
+//! A graph with inputs of dynamic size ([`GraphBuilder::add_dynamic_input`]) is never run as it
+//! is: a run binds its inputs, and the graph is *specialized* to those sizes. Each node's size
+//! function ([`NodeDesc::sizes`]) runs once, in topological order, from its inputs' sizes to its
+//! outputs'; the result is an ordinary graph with every static size known, sharing the original's
+//! kernels, so admission, bounds, plans and the pool's hints all work as for any graph. The
+//! specialized graphs are kept per set of input sizes (up to [`MAX_SPECIALIZATIONS`], oldest
+//! dropped first): runs with sizes seen before reuse the graph, its learned durations and its
+//! automatic plan.
+//!
+//! [`GraphBuilder::add_dynamic_input`]: super::GraphBuilder::add_dynamic_input
+//! [`NodeDesc::sizes`]: super::NodeDesc::sizes
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::compile::size_figures;
+use super::compiled::{Graph, NEXT_GRAPH_ID};
+use super::{OutputSize, MAX_VALUE_BYTES};
+use crate::error::{err, Error, ErrorKind, Result};
+
+/// Most sets of input sizes a graph keeps its specialized graph for.
+pub const MAX_SPECIALIZATIONS: usize = 32;
+
+/// One set of input sizes and the graph made for it.
+type Specialized = (Box<[usize]>, Arc<Graph>);
+
+/// The specialized graphs of one graph, oldest first.
+#[derive(Default)]
+pub(super) struct Specializations(Mutex<VecDeque<Specialized>>);
+
+impl Graph {
+    /// The graph inputs whose size each run's binding gives, in node-id order.
+    pub fn dynamic_inputs(&self) -> impl Iterator<Item = u32> + '_ {
+        self.graph_inputs
+            .iter()
+            .copied()
+            .filter(|&n| self.nodes.value_sizes[self.nodes.value_start[n as usize] as usize] == OutputSize::Dynamic)
+    }
+
+    /// Whether some graph input has a dynamic size: runs then use [`Graph::specialize`].
+    pub fn has_dynamic_inputs(&self) -> bool {
+        self.dynamic_inputs().next().is_some()
+    }
+
+    /// The graph for these input sizes, one per [`dynamic input`](Graph::dynamic_inputs) in
+    /// order: every size function applied, made once per set of sizes and kept. Fails with
+    /// [`ErrorKind::InputBinding`] for a size that is 0 or too large, and with
+    /// [`ErrorKind::KernelFailed`] when a size function fails or gives an impossible size,
+    /// naming the node.
+    pub fn specialize(&self, sizes: &[usize]) -> Result<Arc<Graph>> {
+        let inputs: Vec<u32> = self.dynamic_inputs().collect();
+        if sizes.len() != inputs.len() {
+            return err(
+                ErrorKind::InputBinding,
+                format!(
+                    "{} has {} inputs of dynamic size, given {} sizes",
+                    self.describe(),
+                    inputs.len(),
+                    sizes.len()
+                ),
+            );
+        }
+        for (&node, &bytes) in inputs.iter().zip(sizes) {
+            if bytes == 0 || bytes > MAX_VALUE_BYTES {
+                return err(
+                    ErrorKind::InputBinding,
+                    format!(
+                        "graph input '{}' is bound to {bytes} bytes; a buffer has 1 to {MAX_VALUE_BYTES} bytes",
+                        self.node_name(node)
+                    ),
+                );
+            }
+        }
+        let mut cache = self.specializations.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, g)) = cache.iter().find(|(key, _)| **key == *sizes) {
+            return Ok(g.clone());
+        }
+        let graph = Arc::new(self.with_sizes(self.propagate(&inputs, sizes)?));
+        if cache.len() == MAX_SPECIALIZATIONS {
+            cache.pop_front();
+        }
+        cache.push_back((sizes.into(), graph.clone()));
+        Ok(graph)
+    }
+
+    /// Every value's size for these input sizes: the size functions in topological order.
+    fn propagate(&self, inputs: &[u32], sizes: &[usize]) -> Result<Vec<OutputSize>> {
+        let mut value_sizes = self.nodes.value_sizes.clone();
+        for (&node, &bytes) in inputs.iter().zip(sizes) {
+            value_sizes[self.node_values(node).start as usize] = OutputSize::Bytes(bytes);
+        }
+        let as_usize = |s: OutputSize| s.bytes().unwrap_or(usize::MAX);
+        for &node in &self.topo {
+            let Some(f) = &self.nodes.size_fns[node as usize] else {
+                continue;
+            };
+            let name = self.node_name(node);
+            let ins: Vec<usize> = self
+                .node_inputs(node)
+                .iter()
+                .map(|&v| as_usize(value_sizes[v as usize]))
+                .collect();
+            let values = self.node_values(node);
+            let mut outs: Vec<usize> = values.clone().map(|v| as_usize(value_sizes[v as usize])).collect();
+            let failed = |why: String| {
+                Error::new(
+                    ErrorKind::KernelFailed,
+                    format!("the size function of node '{name}' {why}"),
+                )
+            };
+            match catch_unwind(AssertUnwindSafe(|| f(&ins, &mut outs))) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(failed(format!("failed: {e}"))),
+                Err(_) => return Err(failed("panicked".into())),
+            }
+            let mut total = 0usize;
+            for (k, (v, &bytes)) in values.zip(&outs).enumerate() {
+                value_sizes[v as usize] = match bytes {
+                    usize::MAX => {
+                        if self.in_place(node).is_some_and(|(out, _)| out as usize == k) {
+                            return Err(failed(format!(
+                                "left output {k} to the kernel, but it may take over an input's buffer"
+                            )));
+                        }
+                        OutputSize::Dynamic
+                    }
+                    0 => return Err(failed(format!("gave output {k} a size of 0 bytes"))),
+                    b if b > MAX_VALUE_BYTES => {
+                        return Err(failed(format!(
+                            "gave output {k} {b} bytes, more than one buffer can have"
+                        )))
+                    }
+                    b => {
+                        total = total.saturating_add(b);
+                        OutputSize::Bytes(b)
+                    }
+                };
+            }
+            if total > MAX_VALUE_BYTES {
+                return Err(failed(format!(
+                    "gave outputs adding up to more than {MAX_VALUE_BYTES} bytes"
+                )));
+            }
+        }
+        Ok(value_sizes)
+    }
+
+    /// This graph with other value sizes: the same structure and kernels, a new identity, and
+    /// nothing learned or cached yet.
+    fn with_sizes(&self, value_sizes: Vec<OutputSize>) -> Graph {
+        let mut nodes = self.nodes.clone();
+        nodes.value_sizes = value_sizes;
+        let (static_bytes, node_lower_bound_bytes) = size_figures(&nodes, &self.input_values);
+        let mut structure = self.structure;
+        structure.static_bytes = static_bytes;
+        structure.node_lower_bound_bytes = node_lower_bound_bytes;
+        Graph {
+            id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
+            nodes,
+            input_values: self.input_values.clone(),
+            value_node: self.value_node.clone(),
+            consumers: self.consumers.clone(),
+            is_output: self.is_output.clone(),
+            graph_outputs: self.graph_outputs.clone(),
+            graph_inputs: self.graph_inputs.clone(),
+            succ_start: self.succ_start.clone(),
+            succ: self.succ.clone(),
+            topo: self.topo.clone(),
+            release_tick: self.release_tick.clone(),
+            topo_position: self.topo_position.clone(),
+            structure,
+            annexes: [OnceLock::new(), OnceLock::new()],
+            lowest_live_order: OnceLock::new(),
+            specializations: Specializations::default(),
+        }
+    }
+}
