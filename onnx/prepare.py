@@ -116,6 +116,10 @@ def learn_values(model, input_name, input_shape, input_dtype):
         seen.append({n: (r.dtype, r.shape) for n, r in zip(names, results)})
     producer = {o: n for n in model.graph.node for o in n.output}
     for name in names:
+        if int(np.prod(seen[0][name][1])) == 0:
+            node = producer.get(name)
+            who = f"node {node.name!r} ({node.op_type})" if node else f"value {name!r}"
+            fail(f"{who} gives {name!r} no elements (shape {seen[0][name][1]}): graphsched buffers hold at least one byte")
         if seen[0][name] != seen[1][name]:
             node = producer.get(name)
             who = f"node {node.name!r} ({node.op_type})" if node else f"value {name!r}"
@@ -161,7 +165,7 @@ def split(model, values, out_dir):
         onnx.save(part, os.path.join(out_dir, file))
         nodes.append({
             "name": name, "op": node.op_type, "domain": node.domain, "file": file,
-            "inputs": list(node.input), "outputs": list(node.output),
+            "inputs": list(node.input), "outputs": [o for o in node.output if o],
         })
     return nodes
 

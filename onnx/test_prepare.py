@@ -59,6 +59,20 @@ if done.returncode == 0:
     expect(check.returncode == 0 and check.stdout.count(" yes ") == 6,
            f"its outputs are bitwise equal to ONNX Runtime's in all six modes ({check.stdout[-400:]}{check.stderr[-300:]})")
 
+# Splits: a node whose first, optional output is omitted (GRU's Y: outputs ["", "Y_h"]).
+seq = helper.make_tensor_value_info("seq", TensorProto.FLOAT, [2, "batch", 3])
+gru_w = numpy_helper.from_array(rng.standard_normal((1, 6, 3)).astype(np.float32), "gru_w")
+gru_r = numpy_helper.from_array(rng.standard_normal((1, 6, 2)).astype(np.float32), "gru_r")
+gru = model([helper.make_node("GRU", ["seq", "gru_w", "gru_r"], ["", "h"], name="gru", hidden_size=2),
+             helper.make_node("Relu", ["h"], ["y"], name="relu")],
+            [seq], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [gru_w, gru_r])
+done, out = prepare("gru", gru, "2x1x3")
+expect(done.returncode == 0, f"a node with an omitted optional output prepares ({done.stderr.strip()[-300:]})")
+if done.returncode == 0:
+    check = subprocess.run([exe, out, "--ort-library", library, "--check"], capture_output=True, text=True)
+    expect(check.returncode == 0 and check.stdout.count(" yes ") == 6,
+           f"and checks bit for bit ({check.stdout[-300:]}{check.stderr[-300:]})")
+
 # Blocked: an If node (control flow) must be named.
 branch = lambda name, op: helper.make_graph([helper.make_node(op, ["x"], [name])], name, [],
                                               [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])

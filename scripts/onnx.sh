@@ -17,22 +17,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-home=${GS_ONNX_HOME:-$root/target/onnx}
+target=${CARGO_TARGET_DIR:-$root/target}
+home=${GS_ONNX_HOME:-$target/onnx}
 profile=${GS_ONNX_PROFILE:-release}
 # Pinned: ort 2.0.0-rc.15 (onnx/Cargo.toml) speaks ONNX Runtime's API up to 1.31; newer
 # libraries serve older APIs, never the other way round.
 ort_version=1.32.0
 onnx_version=1.23.2
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 if [ "$1" = --self-test ]; then
     [ $# -eq 1 ] || usage
     bash "$0" cls --check
-    dir=$profile; [ "$profile" = dev ] && dir=debug
+    dir=$target/$profile; [ "$profile" = dev ] && dir=$target/debug
     library=$("$home/venv/bin/python" -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')
     rm -rf "$home/self-test" && mkdir -p "$home/self-test"
-    exec "$home/venv/bin/python" onnx/test_prepare.py "$root/target/$dir/gsched-onnx" "$library" "$home/self-test"
+    exec "$home/venv/bin/python" onnx/test_prepare.py "$dir/gsched-onnx" "$library" "$home/self-test"
 fi
 model=$1; shift
 shape=""
@@ -48,11 +49,17 @@ done
 
 mkdir -p "$home"
 venv=$home/venv
-if [ ! -f "$venv/.ready-$ort_version" ]; then
+ready=$venv/.ready-ort-$ort_version-onnx-$onnx_version
+if [ ! -f "$ready" ]; then
+    # Debian's own python3 needs python3-venv for `python3 -m venv`; pyenv's has it built in.
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+        . scripts/lib.sh
+        install_packages python3-venv
+    fi
     echo "== python: onnxruntime $ort_version and onnx $onnx_version in $venv" >&2
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "onnxruntime==$ort_version" "onnx==$onnx_version" numpy
-    touch "$venv/.ready-$ort_version"
+    touch "$ready"
 fi
 py=$venv/bin/python
 library=$("$py" -c 'import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so*")))[0])')
@@ -93,5 +100,5 @@ echo "== prepare $path${shape:+ at $shape}" >&2
 
 echo "== build gsched-onnx ($profile)" >&2
 cargo build --locked --quiet --profile "$profile" -p graphsched-onnx
-dir=$profile; [ "$profile" = dev ] && dir=debug
-exec "$root/target/$dir/gsched-onnx" "$prepared" --ort-library "$library" "${args[@]}"
+dir=$target/$profile; [ "$profile" = dev ] && dir=$target/debug
+exec "$dir/gsched-onnx" "$prepared" --ort-library "$library" "${args[@]}"

@@ -59,6 +59,13 @@ pub fn check(manifest: &Manifest, library: &Path, threads: &[usize]) -> Result<(
             };
             for _ in 0..2 {
                 let (_, outputs) = engine.run(&graph, true)?;
+                if outputs.len() != reference.len() {
+                    return Err(format!(
+                        "graphsched gave {} outputs, ONNX Runtime {}",
+                        outputs.len(),
+                        reference.len()
+                    ));
+                }
                 for ((got, want), out) in outputs.iter().zip(&reference).zip(&graph.outputs) {
                     check.bitwise_equal &= got == want;
                     if out.info.elem_type == 1 {

@@ -94,7 +94,6 @@ impl<'r> OnnxGraph<'r> {
             let kernel = Box::new(NodeKernel::new(
                 runtime,
                 runtime.session(&manifest.dir.join(&node.file), config)?,
-                &node.name,
                 read.iter().map(|n| tensors[n.as_str()].clone()).collect(),
                 node.outputs.iter().map(|n| tensors[n.as_str()].clone()).collect(),
             ));
@@ -109,10 +108,9 @@ impl<'r> OnnxGraph<'r> {
                 .collect::<Result<_, _>>()?;
             let sizes: Vec<usize> = kernel.outputs().iter().map(TensorInfo::bytes).collect();
             let name = CString::new(node.name.as_str()).map_err(|_| "a NUL in a name")?;
-            // graphsched learns durations per op type: a Conv on 640x640 and one on 20x20 differ
-            // 1000x, so the type a node learns under is its op and its first input and output shapes.
-            let op =
-                CString::new(op_key(&node.op, kernel.inputs(), kernel.outputs())).map_err(|_| "a NUL in an op type")?;
+            // graphsched learns durations per op type: two Convs of one shape may still differ
+            // (depthwise or not, kernel size), so each node learns under a type of its own.
+            let op = CString::new(node_type(&node.op, &node.name)).map_err(|_| "a NUL in an op type")?;
             let desc = gs_node_desc {
                 name: name.as_ptr(),
                 op_type: op.as_ptr(),
@@ -186,14 +184,9 @@ impl<'r> OnnxGraph<'r> {
     }
 }
 
-/// `Conv 1x3x640x640->1x16x320x320`: what nodes that should take the same time share.
-fn op_key(op: &str, inputs: &[TensorInfo], outputs: &[TensorInfo]) -> String {
-    let shape = |t: Option<&TensorInfo>| {
-        t.map_or(String::new(), |t| {
-            t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
-        })
-    };
-    format!("{op} {}->{}", shape(inputs.first()), shape(outputs.first()))
+/// `Conv conv2d_3`: the op type a node learns its duration under, its own.
+fn node_type(op: &str, name: &str) -> String {
+    format!("{op} {name}")
 }
 
 /// The values a node reads from other nodes, once each, in the node's order: what its
@@ -237,12 +230,12 @@ mod tests {
     }
 
     #[test]
-    fn nodes_learn_under_their_op_and_shapes() {
-        let key = op_key("Conv", &[tensor("x", &[1, 3, 8, 8])], &[tensor("y", &[1, 16, 4, 4])]);
-        assert_eq!(key, "Conv 1x3x8x8->1x16x4x4");
+    fn each_node_learns_under_a_type_of_its_own() {
+        assert_eq!(node_type("Conv", "conv1"), "Conv conv1");
         assert_ne!(
-            key,
-            op_key("Conv", &[tensor("x", &[1, 3, 16, 16])], &[tensor("y", &[1, 16, 8, 8])])
+            node_type("Conv", "conv1"),
+            node_type("Conv", "conv2"),
+            "same op, same shapes, other weights"
         );
     }
 }

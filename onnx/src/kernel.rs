@@ -9,7 +9,7 @@ use crate::manifest::TensorInfo;
 use crate::ort_api::{Runtime, Session, Value};
 use graphsched::ffi::*;
 use graphsched::Tensor;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_char, c_void, CString};
 use std::sync::Mutex;
 
 /// What one node's kernel needs: its session, its tensors' names, shapes and types, and the
@@ -17,13 +17,12 @@ use std::sync::Mutex;
 pub struct NodeKernel<'r> {
     runtime: &'r Runtime,
     session: Session<'r>,
-    name: String,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
     /// Owns the names the two pointer lists below point into.
     _names: Vec<CString>,
-    input_name_ptrs: Vec<*const i8>,
-    output_name_ptrs: Vec<*const i8>,
+    input_name_ptrs: Vec<*const c_char>,
+    output_name_ptrs: Vec<*const c_char>,
     /// Taken with `try_lock`: a call that finds it busy (the same node in a concurrent run of the
     /// graph) makes tensors of its own instead of waiting.
     views: Mutex<Views<'r>>,
@@ -37,26 +36,19 @@ struct Views<'r> {
     outputs: Vec<Value<'r>>,
 }
 
-// SAFETY: the name pointers point into the kernel's own CStrings, which never change; the cached
-// tensors are only touched under the mutex (ONNX Runtime values may move between threads).
+// SAFETY: ONNX Runtime values over caller memory have no thread affinity, and the cached ones
+// are only touched under the kernel's mutex.
 unsafe impl Send for Views<'_> {}
 
 impl<'r> NodeKernel<'r> {
-    /// The kernel of the node named `name`, reading `inputs` and writing `outputs` by `session`.
-    pub fn new(
-        runtime: &'r Runtime,
-        session: Session<'r>,
-        name: &str,
-        inputs: Vec<TensorInfo>,
-        outputs: Vec<TensorInfo>,
-    ) -> Self {
+    /// The kernel of a node reading `inputs` and writing `outputs` by `session`.
+    pub fn new(runtime: &'r Runtime, session: Session<'r>, inputs: Vec<TensorInfo>, outputs: Vec<TensorInfo>) -> Self {
         let c = |t: &TensorInfo| CString::new(t.name.as_str()).unwrap_or_default();
         let input_names: Vec<CString> = inputs.iter().map(c).collect();
         let output_names: Vec<CString> = outputs.iter().map(c).collect();
         NodeKernel {
             runtime,
             session,
-            name: name.to_string(),
             input_name_ptrs: input_names.iter().map(|n| n.as_ptr()).collect(),
             output_name_ptrs: output_names.iter().map(|n| n.as_ptr()).collect(),
             _names: input_names.into_iter().chain(output_names).collect(),
@@ -64,11 +56,6 @@ impl<'r> NodeKernel<'r> {
             outputs,
             views: Mutex::new(Views::default()),
         }
-    }
-
-    /// The tensors the node reads, in its session's input order.
-    pub fn inputs(&self) -> &[TensorInfo] {
-        &self.inputs
     }
 
     /// The tensors the node writes.
@@ -120,12 +107,16 @@ impl<'r> NodeKernel<'r> {
     /// `ctx` is the context of a running call of this node's kernel.
     unsafe fn call(&self, ctx: *mut gs_kernel_ctx) -> Result<(), String> {
         let run = |views: &mut Views<'_>| {
-            self.session.run(
-                &self.input_name_ptrs,
-                &views.inputs,
-                &self.output_name_ptrs,
-                &mut views.outputs,
-            )
+            // SAFETY: the names point into `_names`, which lives as long as the kernel; the
+            // tensors wrap this call's buffers (checked against the addresses just above).
+            unsafe {
+                self.session.run(
+                    &self.input_name_ptrs,
+                    &views.inputs,
+                    &self.output_name_ptrs,
+                    &mut views.outputs,
+                )
+            }
         };
         match self.views.try_lock() {
             Ok(mut cached) => {
@@ -168,6 +159,10 @@ fn check(t: Option<&Tensor>, info: &TensorInfo) -> Result<*mut c_void, String> {
 
 /// The C callback every node shares; `user_data` is its `NodeKernel`.
 ///
+/// Calls of one node may run on several threads at once (concurrent runs of the graph), all
+/// through `&NodeKernel`: its fields are read-only (the name pointers point into its own
+/// CStrings; ONNX Runtime's `Run` is thread-safe) except the cached tensors, behind a mutex.
+///
 /// # Safety
 /// Called by graphsched with a live context and the `user_data` the node was added with.
 pub unsafe extern "C" fn onnx_kernel(ctx: *mut gs_kernel_ctx, user_data: *mut c_void) -> i32 {
@@ -178,7 +173,8 @@ pub unsafe extern "C" fn onnx_kernel(ctx: *mut gs_kernel_ctx, user_data: *mut c_
     match unsafe { kernel.call(ctx) } {
         Ok(()) => 0,
         Err(e) => {
-            let message = CString::new(format!("{}: {e}", kernel.name).replace('\0', " ")).unwrap_or_default();
+            // graphsched reports it as "node '<name>' failed: <this>".
+            let message = CString::new(e.replace('\0', " ")).unwrap_or_default();
             // SAFETY: live context, NUL-terminated message copied by the call.
             unsafe { gs_ctx_set_error(ctx, message.as_ptr()) };
             1

@@ -49,11 +49,14 @@ struct Args {
     child: Option<String>,
 }
 
+/// Outputs that differ from ONNX Runtime's: exit status 1 (other failures: 2).
+const DIFFERENT: &str = "graphsched's outputs differ from ONNX Runtime's";
+
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("gsched-onnx: {e}");
-        std::process::exit(2);
+        std::process::exit(if e == DIFFERENT { 1 } else { 2 });
     }
 }
 
@@ -76,7 +79,7 @@ fn run(args: &Args) -> Result<(), String> {
     if args.check {
         report::print_checks(&manifest, &checks, &parallelism, args.json);
         if !equal {
-            return Err("graphsched's outputs differ from ONNX Runtime's".into());
+            return Err(DIFFERENT.into());
         }
         return Ok(());
     }

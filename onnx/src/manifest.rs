@@ -79,6 +79,19 @@ impl Manifest {
                 manifest.inputs.len()
             ));
         }
+        for t in manifest.inputs.iter().chain(&manifest.values) {
+            if crate::ort_api::element_bytes(t.elem_type) != Some(t.elem_bytes) || t.shape.iter().any(|&d| d <= 0) {
+                return Err(format!(
+                    "{}: value {} has element type {} of {} bytes and shape {:?}, which this program cannot run \
+                     (numeric types, every dimension positive)",
+                    path.display(),
+                    t.name,
+                    t.elem_type,
+                    t.elem_bytes,
+                    t.shape
+                ));
+            }
+        }
         Ok(manifest)
     }
 
@@ -96,8 +109,9 @@ impl Manifest {
         &self.inputs[0]
     }
 
-    /// The bytes the graph input gets in every run: a fixed pseudo-random pattern, the same for
-    /// graphsched and ONNX Runtime. Float inputs get values in [-1, 1).
+    /// The bytes the graph input gets in every run, the same for graphsched and ONNX Runtime:
+    /// for a float input a fixed pseudo-random pattern in [-1, 1); any other input is zeros
+    /// (valid indices and lengths, where random bytes would not be).
     pub fn input_bytes(&self) -> Vec<u8> {
         let input = self.input();
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
@@ -112,7 +126,7 @@ impl Manifest {
                 .flat_map(|_| ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).to_ne_bytes())
                 .collect()
         } else {
-            (0..input.bytes()).map(|_| next() as u8).collect()
+            vec![0; input.bytes()]
         }
     }
 }

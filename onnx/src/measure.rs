@@ -85,6 +85,9 @@ pub struct Row {
     /// Whether the outputs are bitwise equal to ONNX Runtime's (filled in by the parent).
     #[serde(default)]
     pub bitwise_equal: bool,
+    /// Whether the peak RSS could be reset before the inferences (Linux `clear_refs`); if not,
+    /// `rss_growth_bytes` (and ONNX Runtime's activation bytes) count from an earlier peak.
+    pub peak_reset: bool,
 }
 
 /// Runs `runner` on `threads` threads: one warm-up inference (its outputs written to `out`),
@@ -120,10 +123,10 @@ pub fn measure(
     let mut activation = None;
     match runner {
         Runner::Graphsched(_) | Runner::GraphschedIntra | Runner::GraphschedBoth => {
-            let memory = if let Runner::Graphsched(m) = runner {
-                m
-            } else {
-                Memory::Pool
+            let memory = match runner {
+                Runner::Graphsched(m) => m,
+                Runner::GraphschedIntra => Memory::SequentialPlan,
+                _ => Memory::ScheduledPlan,
             };
             let graph = OnnxGraph::build(&runtime, manifest, per_node)?;
             let executor_threads = if runner == Runner::GraphschedIntra { 1 } else { threads };
@@ -156,6 +159,7 @@ pub fn measure(
         rss_growth_bytes: growth,
         peak_rss_bytes: peak,
         bitwise_equal: false,
+        peak_reset: rss::was_reset(),
     })
 }
 
@@ -167,10 +171,17 @@ pub fn median(xs: &mut [u64]) -> u64 {
 
 /// Resident memory from `/proc/self/status`, and Linux's peak reset (`clear_refs` 5).
 mod rss {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     static START: AtomicU64 = AtomicU64::new(0);
     static PEAK_BEFORE: AtomicU64 = AtomicU64::new(0);
+    static RESET: AtomicBool = AtomicBool::new(false);
+
+    /// Whether the kernel let the peak be reset: if not, growth counts from the process's
+    /// earlier peak (sessions being built included) and overstates the inferences' memory.
+    pub fn was_reset() -> bool {
+        RESET.load(Ordering::Relaxed)
+    }
 
     fn status_kib(field: &str) -> u64 {
         let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -185,7 +196,8 @@ mod rss {
     /// current resident bytes.
     pub fn reset_peak() -> u64 {
         PEAK_BEFORE.store(status_kib("VmHWM:") * 1024, Ordering::Relaxed);
-        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        RESET.store(reset, Ordering::Relaxed);
         status_kib("VmRSS:") * 1024
     }
 

@@ -9,7 +9,7 @@ use ort::sys::{
     ExecutionMode, GraphOptimizationLevel, ONNXTensorElementDataType, OrtAllocatorType, OrtApi, OrtEnv,
     OrtLoggingLevel, OrtMemType, OrtMemoryInfo, OrtSession, OrtSessionOptions, OrtStatusPtr, OrtValue,
 };
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr::{self, NonNull};
 
@@ -100,12 +100,16 @@ impl Runtime {
                 &mut cpu,
             )
         });
-        let runtime = Runtime {
-            api,
-            env,
-            cpu: NonNull::new(cpu).unwrap_or(NonNull::dangling()),
+        let cpu = match (made, NonNull::new(cpu)) {
+            (Ok(()), Some(cpu)) => cpu,
+            (made, _) => {
+                // SAFETY: made above, released once; nothing else refers to it yet.
+                unsafe { (api.ReleaseEnv)(env.as_ptr()) };
+                return Err(made.err().unwrap_or_else(|| "ONNX Runtime made no memory info".into()));
+            }
         };
-        made?;
+        // From here on, dropping `runtime` releases both.
+        let runtime = Runtime { api, env, cpu };
         // The arena sessions with `Arena::Shared` use (defaults: grows by powers of two, never shrinks).
         let mut arena_info = ptr::null_mut();
         // SAFETY: valid out pointer; the info is released after the allocator is registered.
@@ -171,15 +175,15 @@ impl Runtime {
         Ok(Session { runtime: self, ptr })
     }
 
-    /// An ONNX Runtime tensor over `bytes` at `data`, which must stay valid while it lives.
+    /// An ONNX Runtime tensor over `bytes` at `data`. Making and releasing it leaves the memory
+    /// alone; ONNX Runtime reads or writes it only in `Session::run`.
     ///
     /// # Safety
-    /// `data` is valid for `bytes` bytes, aligned for the element type, and outlives the value.
+    /// Whenever the value is passed to [`Session::run`], `data` is valid for `bytes` bytes and
+    /// aligned for the element type.
     pub unsafe fn tensor(&self, data: *mut c_void, bytes: usize, shape: &[i64], elem_type: i32) -> Result<Value<'_>> {
-        // SAFETY: `elem_type` comes from a manifest that prepare.py wrote from ONNX's own codes,
-        // which are ONNXTensorElementDataType's; an unknown code fails in ONNX Runtime's check.
-        let elem: ONNXTensorElementDataType =
-            unsafe { std::mem::transmute::<i32, ONNXTensorElementDataType>(elem_type) };
+        let elem =
+            element_type(elem_type).ok_or_else(|| format!("element type {elem_type} is not an ONNX tensor type"))?;
         let mut value = ptr::null_mut();
         // SAFETY: the caller vouches for `data`; `shape` is read during the call only.
         check(self.api, unsafe {
@@ -239,18 +243,31 @@ unsafe impl Sync for Session<'_> {}
 
 impl Session<'_> {
     /// Runs the session on `inputs`, writing `outputs` in place (their memory is the caller's).
-    pub fn run(
+    ///
+    /// # Safety
+    /// Every name is a NUL-terminated string that lives for the call, and the values' memory
+    /// is valid as [`Runtime::tensor`] requires.
+    pub unsafe fn run(
         &self,
-        input_names: &[*const i8],
+        input_names: &[*const c_char],
         inputs: &[Value<'_>],
-        output_names: &[*const i8],
+        output_names: &[*const c_char],
         outputs: &mut [Value<'_>],
     ) -> Result<()> {
+        if input_names.len() != inputs.len() || output_names.len() != outputs.len() {
+            return Err(format!(
+                "{} input names for {} inputs, {} output names for {} outputs",
+                input_names.len(),
+                inputs.len(),
+                output_names.len(),
+                outputs.len()
+            ));
+        }
         let api = self.runtime.api;
         let ins: Vec<*const OrtValue> = inputs.iter().map(|v| v.ptr as *const OrtValue).collect();
         let mut outs: Vec<*mut OrtValue> = outputs.iter().map(|v| v.ptr).collect();
-        // SAFETY: names are NUL-terminated and as many as the values; output values are
-        // preallocated tensors, which Run fills instead of replacing.
+        // SAFETY: names are NUL-terminated (caller) and as many as the values (checked); output
+        // values are preallocated tensors, which Run fills instead of replacing.
         check(api, unsafe {
             (api.Run)(
                 self.ptr.as_ptr(),
@@ -302,4 +319,37 @@ fn check(api: &OrtApi, status: OrtStatusPtr) -> Result<()> {
     // SAFETY: released once, after its message was copied.
     unsafe { (api.ReleaseStatus)(status.0) };
     Err(message)
+}
+
+/// ONNX's element type `code` (`TensorProto.DataType`, which ONNX Runtime's enum follows), if it
+/// is one ONNX Runtime has.
+pub fn element_type(code: i32) -> Option<ONNXTensorElementDataType> {
+    use ONNXTensorElementDataType::*;
+    Some(match code {
+        1 => ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        2 => ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+        3 => ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,
+        4 => ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+        5 => ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,
+        6 => ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+        7 => ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,
+        9 => ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL,
+        10 => ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+        11 => ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+        12 => ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+        13 => ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+        16 => ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+        _ => return None,
+    })
+}
+
+/// Bytes of one element of ONNX element type `code`, for the types [`element_type`] knows.
+pub fn element_bytes(code: i32) -> Option<usize> {
+    Some(match code {
+        2 | 3 | 9 => 1,
+        4 | 5 | 10 | 16 => 2,
+        1 | 6 | 12 => 4,
+        7 | 11 | 13 => 8,
+        _ => return None,
+    })
 }

@@ -80,6 +80,9 @@ pub fn print_rows(manifest: &Manifest, checks: &[Check], parallelism: &Paralleli
             if r.bitwise_equal { "yes" } else { "NO" }
         );
     }
+    if rows.iter().any(|r| !r.peak_reset) {
+        println!("note: the kernel refused to reset the peak RSS (/proc/self/clear_refs) in some rows: their RSS+ and ONNX Runtime's activation count from an earlier peak");
+    }
 }
 
 fn summary(manifest: &Manifest, checks: &[Check], parallelism: &Parallelism, rows: &[Row]) -> serde_json::Value {

@@ -7,7 +7,7 @@ use crate::manifest::Manifest;
 use crate::ort_api::Session;
 use graphsched::ffi::*;
 use graphsched::{PoolStats, RunStats, Tensor};
-use std::ffi::{c_void, CString};
+use std::ffi::{c_char, c_void, CString};
 use std::ptr;
 
 /// Bytes at a 16-byte-aligned address, as graph inputs and ONNX Runtime's tensors want.
@@ -227,9 +227,12 @@ impl<'r> WholeModel<'r> {
             // SAFETY: as above, for the output's buffer.
             outs.push(unsafe { self.runtime.tensor(buffer.ptr(), len, shape, *elem) }?);
         }
-        let out_names: Vec<*const i8> = self.outputs.iter().map(|o| o.0.as_ptr()).collect();
-        self.session
-            .run(&[self.input_name.as_ptr()], &[input], &out_names, &mut outs)?;
+        let out_names: Vec<*const c_char> = self.outputs.iter().map(|o| o.0.as_ptr()).collect();
+        // SAFETY: the names are the CStrings this struct owns; the tensors wrap its buffers.
+        unsafe {
+            self.session
+                .run(&[self.input_name.as_ptr()], &[input], &out_names, &mut outs)
+        }?;
         Ok(if keep {
             self.outputs.iter().map(|o| o.1.bytes().to_vec()).collect()
         } else {

@@ -82,6 +82,7 @@ pub fn run_naive_traced(
     }
     let mut blocks = Blocks(Vec::with_capacity(file.nodes.iter().map(|n| n.outputs.len()).sum()));
     let mut live = 0u64;
+    timeline.reserve(file.nodes.len()); // before the snapshot: the figures are the values' alone
     let (held0, mapped0) = malloc_held();
     let start = Instant::now();
     for spec in &file.nodes {

@@ -47,7 +47,8 @@ fn err(e: impl std::fmt::Display) -> String {
     format!("cannot draw the picture: {e}")
 }
 
-/// The label of a point: `w2 1.10x` (window 2, limit 1.10 times the max-live bound) or `w2 -`.
+/// The label of a point: `w2 1.10x` (window 2, limit 1.10 times the max-live bound) or
+/// `w2 no limit`.
 pub fn point_label(window: usize, limit: u64, max_live_bytes: u64) -> String {
     match limit {
         0 => format!("w{window} no limit"),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use graphsched_workloads::corpus::inference_graph;
-use graphsched_workloads::svg::{FRONT_COLOR, KNEE_COLOR, REAL_COLOR};
+use graphsched_workloads::svg::{point_label, FRONT_COLOR, KNEE_COLOR, REAL_COLOR};
 use graphsched_workloads::tune::{limits, sweep, Point, KNEE_TOLERANCE};
 use graphsched_workloads::{bundled_graphs, GraphFile, Measured, Pace};
 use plotters::style::RGBColor;
@@ -190,10 +190,16 @@ fn tune_recommends_a_front_point_and_its_real_runs_keep_their_limits() {
         .filter_map(|n| n.text())
         .collect::<Vec<_>>()
         .join("|");
+    let max_live = v["bounds"]["max_live_lb_bytes"].as_u64().unwrap();
     for &i in &front {
+        let label = point_label(
+            get(&points[i], "window") as usize,
+            get(&points[i], "memory_limit_bytes"),
+            max_live,
+        );
         assert!(
-            labels.contains(&format!("w{} ", get(&points[i], "window"))),
-            "point {i} is labelled: {labels}"
+            labels.split('|').any(|l| l.trim() == label),
+            "point {i} is labelled {label}: {labels}"
         );
     }
     assert!(labels.contains("max-live bound") && labels.contains("knee"));
