@@ -22,7 +22,8 @@
     X(gs_pool_stats, 88, 8)     \
     X(gs_run_stats, 56, 8)      \
     X(gs_node_desc, 80, 8)      \
-    X(gs_run_options, 72, 8)    \
+    X(gs_run_options, 104, 8)   \
+    X(gs_node_observation, 32, 8) \
     X(gs_executor_config, 4, 4) \
     X(gs_sim_options, 24, 8)    \
     X(gs_sim_result, 56, 8)
@@ -57,6 +58,12 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_run_options, plan, 48)                  \
     X(gs_run_options, cancel, 56)                \
     X(gs_run_options, timeout_ns, 64)            \
+    X(gs_run_options, user_data, 72)             \
+    X(gs_run_options, on_node_start, 80)         \
+    X(gs_run_options, on_node_end, 88)           \
+    X(gs_run_options, observer_data, 96)         \
+    X(gs_node_observation, start_ns, 8)          \
+    X(gs_node_observation, ok, 24)               \
     X(gs_executor_config, threads, 0)            \
     X(gs_sim_options, policy, 4)                 \
     X(gs_sim_options, window, 8)                 \

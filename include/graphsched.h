@@ -386,6 +386,24 @@ typedef struct gs_input_binding {
   struct gs_tensor tensor;
 } gs_input_binding;
 
+// When one node ran, for an observer (C: `gs_node_observation`).
+typedef struct gs_node_observation {
+  // The node's id.
+  uint32_t node;
+  // 0: the thread that called `gs_run`; i + 1: the executor's worker i.
+  uint32_t thread;
+  // Kernel start, in nanoseconds since the run started.
+  uint64_t start_ns;
+  // Kernel end, in nanoseconds since the run started; 0 in `on_node_start`.
+  uint64_t end_ns;
+  // 1 if the kernel succeeded (and in `on_node_start`), 0 if it failed.
+  int32_t ok;
+} gs_node_observation;
+
+// Told when a node starts or ends, on the thread that runs it, several threads at once on an
+// executor. Must be quick and must not call back into the run.
+typedef void (*gs_observer_fn)(const struct gs_node_observation *observation, void *observer_data);
+
 // How to run a graph. Zero-initialize, then fill in; all zeros means defaults. NULL options
 // are fine for a graph without inputs.
 typedef struct gs_run_options {
@@ -413,6 +431,14 @@ typedef struct gs_run_options {
   const struct gs_cancel_token *cancel;
   // Nanoseconds from the call after which no new node starts (`GS_ERR_DEADLINE`); 0: none.
   uint64_t timeout_ns;
+  // This run's data for its kernels (`gs_ctx_user_data`); graphsched never reads it.
+  void *user_data;
+  // Called as each node's kernel starts; NULL: nothing is called, at no cost.
+  gs_observer_fn on_node_start;
+  // Called as each node's kernel ends.
+  gs_observer_fn on_node_end;
+  // Passed to both observers.
+  void *observer_data;
 } gs_run_options;
 
 // Figures of one run. (C: `gs_run_stats`).
@@ -601,6 +627,38 @@ const char *gs_ctx_node_name(const struct gs_kernel_ctx *c);
 // `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
 // returns.
 int32_t gs_ctx_output_in_place(const struct gs_kernel_ctx *c, uint32_t i);
+
+// The `user_data` of the run's `gs_run_options`; NULL if it had none, or for a bad context.
+//
+// Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
+void *gs_ctx_user_data(const struct gs_kernel_ctx *c);
+
+// The pool the run was started with: a kernel may run a nested graph with it (`gs_run` from
+// inside the kernel), or take scratch memory from it. NULL for a bad context.
+//
+// Only inside the kernel call that received `ctx`, on its thread. The handle is the caller's,
+// valid while its `gs_run` lasts.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
+struct gs_pool *gs_ctx_pool(const struct gs_kernel_ctx *c);
+
+// The executor running this node; NULL if the run has none (or for a bad context). A nested
+// `gs_run` on it shares its threads and cannot deadlock: the thread waiting for the nested run
+// works on it (and on whatever else is queued) until it is over.
+//
+// Only inside the kernel call that received `ctx`, on its thread. The handle is the caller's,
+// valid while its `gs_run` lasts.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns.
+struct gs_executor *gs_ctx_executor(const struct gs_kernel_ctx *c);
 
 // Starts an executor; `config` may be NULL for defaults.
 //

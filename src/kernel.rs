@@ -81,6 +81,9 @@ pub struct KernelCtx<'a> {
     pub(crate) in_place: Option<usize>,
     /// How dynamic outputs get memory; `None` for a node that has none.
     pub(crate) dynamic: Option<&'a mut dyn DynamicOutputs>,
+    /// The run's context (`exec::context`), type-erased since this layer sits below the run;
+    /// null when there is none.
+    pub(crate) run: *const (),
 }
 
 impl KernelCtx<'_> {

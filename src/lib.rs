@@ -53,7 +53,9 @@ pub mod tensor;
 pub mod trace;
 
 pub use error::{Error, ErrorKind, Result};
-pub use exec::{run, CancelToken, Executor, InputBinding, NodeEvent, RunOptions, RunResult, RunStats};
+pub use exec::{
+    run, CancelToken, Executor, InputBinding, NodeEvent, NodeObservation, Observer, RunOptions, RunResult, RunStats,
+};
 pub use graph::{Graph, GraphBuilder, GraphInfo, NodeDesc, OutputSize, ValueRef};
 pub use kernel::{Kernel, KernelCtx};
 pub use pool::{Pool, PoolConfig, PoolStats};

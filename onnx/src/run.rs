@@ -134,13 +134,8 @@ impl Engine {
             inputs: &binding,
             num_inputs: 1,
             executor: self.executor,
-            memory_limit_bytes: 0,
-            window: 0,
-            policy: GS_POLICY_DEFAULT,
-            flags: 0,
             plan: self.plan,
-            cancel: ptr::null(),
-            timeout_ns: 0,
+            ..Default::default()
         };
         let mut result = ptr::null_mut();
         // SAFETY: live graph, pool, options whose binding outlives the call; valid out pointer.

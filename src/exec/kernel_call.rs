@@ -307,11 +307,22 @@ impl RunState<'_> {
             error: None,
             in_place: in_place_output,
             dynamic: dynamic.as_mut().map(|d| d as &mut dyn DynamicOutputs),
+            run: (&self.context as *const super::RunContext<'_>).cast(),
         };
         scratch.executed += 1;
         let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
-        let start = (sample || self.trace.is_some()).then(Instant::now);
+        let start = (sample || self.trace.is_some() || self.observer.is_some()).then(Instant::now);
+        if let (Some(observer), Some(start)) = (self.observer, start) {
+            let at = self.observation(node, scratch.thread, start, None);
+            // An observer's panic must not fail the node or reach a worker.
+            let _ = catch_unwind(AssertUnwindSafe(|| observer.node_started(&at)));
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
+        if let (Some(observer), Some(start)) = (self.observer, start) {
+            let ok = matches!(outcome, Ok(Ok(())));
+            let at = self.observation(node, scratch.thread, start, Some((Instant::now(), ok)));
+            let _ = catch_unwind(AssertUnwindSafe(|| observer.node_finished(&at)));
+        }
         if let Some(start) = start {
             let ns = start.elapsed().as_nanos() as u64;
             if sample {
@@ -472,4 +483,25 @@ fn check_outputs(g: &Graph, node: u32, outputs: &[Slot]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+impl RunState<'_> {
+    /// What an observer is told of `node` on `thread`: started at `start`, ended at `end` (with
+    /// whether it succeeded) if it has.
+    fn observation(
+        &self,
+        node: u32,
+        thread: u32,
+        start: Instant,
+        end: Option<(Instant, bool)>,
+    ) -> super::NodeObservation {
+        let since = |t: Instant| t.saturating_duration_since(self.started).as_nanos() as u64;
+        super::NodeObservation {
+            node,
+            thread,
+            start_ns: since(start),
+            end_ns: end.map_or(0, |(t, _)| since(t).max(1)),
+            ok: end.map_or(true, |(_, ok)| ok),
+        }
+    }
 }

@@ -41,6 +41,7 @@
 mod auto_plan;
 mod bind;
 mod cache;
+mod context;
 mod executor;
 #[doc(hidden)]
 pub mod fault;
@@ -57,5 +58,7 @@ mod window;
 
 pub use crate::kernel::KernelCtx;
 pub use crate::trace::NodeEvent;
+pub(crate) use context::RunContext;
+pub use context::{NodeObservation, Observer};
 pub use executor::Executor;
 pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, RunStats, INPUT_BINDING_TENSOR_OFFSET};

@@ -118,6 +118,11 @@ pub struct RunOptions<'a> {
     pub cancel: Option<&'a CancelToken>,
     /// Past this instant no new node starts; the run returns `ErrorKind::DeadlineExceeded`.
     pub deadline: Option<Instant>,
+    /// Data of this run for its kernels ([`KernelCtx::run_data`](crate::KernelCtx::run_data)): what a graph-wide closure
+    /// cannot know, such as the request being served.
+    pub data: Option<&'a (dyn std::any::Any + Send + Sync)>,
+    /// Hears each node start and end ([`Observer`](super::Observer)); `None` costs nothing.
+    pub observer: Option<&'a dyn super::Observer>,
 }
 
 /// Stops runs from another thread. One token may serve many runs; once cancelled it stays so
@@ -361,6 +366,13 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             cancel: options.cancel,
             deadline: options.deadline,
             hints,
+            context: super::RunContext {
+                data: options.data,
+                pool,
+                executor: options.executor,
+            },
+            observer: options.observer,
+            started: start,
         },
     );
     state.bind(options.inputs)?;

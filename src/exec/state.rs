@@ -23,6 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::cache::{release, BlockCache};
+use super::context::{Observer, RunContext};
 use super::gate::{Gate, GateInner};
 use super::hints::{Hints, NO_HINT};
 use super::padded::CachePadded;
@@ -66,6 +67,11 @@ pub(super) struct StateOptions<'r> {
     pub deadline: Option<Instant>,
     /// The graph's hints and where the pool's free space for them starts (`hints.rs`).
     pub hints: Option<(&'r Hints, usize)>,
+    /// What kernels reach of the run, and who hears nodes start and end.
+    pub context: RunContext<'r>,
+    pub observer: Option<&'r dyn Observer>,
+    /// When the run started: observers' times count from it.
+    pub started: Instant,
 }
 
 pub(super) struct RunState<'r> {
@@ -148,6 +154,10 @@ pub(super) struct RunState<'r> {
     /// batches, see `BlockCache::unparked`). A parallel run's caches count as live in the pool
     /// until the run ends: parking would make every node write a line all threads share.
     pub(super) sequential: bool,
+    /// What the run's kernels reach through their context (`context.rs`).
+    pub(super) context: RunContext<'r>,
+    pub(super) observer: Option<&'r dyn Observer>,
+    pub(super) started: Instant,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -171,6 +181,9 @@ impl<'r> RunState<'r> {
             cancel,
             deadline,
             hints,
+            context,
+            observer,
+            started,
         } = options;
         // Under a limit admission needs the pool's own count exact at every moment, and red
         // zones are checked block by block: no caches. A sequential run has one, whose parked
@@ -231,6 +244,9 @@ impl<'r> RunState<'r> {
             policy,
             drained: false,
             sequential: !parallel,
+            context,
+            observer,
+            started,
         }
     }
 

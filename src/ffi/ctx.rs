@@ -2,8 +2,11 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
+use super::executor::gs_executor;
 use super::gs_status::*;
 use super::handle::{out_arg, str_arg};
+use super::observe::CRunData;
+use super::pool::gs_pool;
 use super::status::{guard, FfiError, FfiResult};
 use super::{gs_status, Tensor};
 use crate::kernel::KernelCtx;
@@ -242,4 +245,68 @@ pub unsafe extern "C" fn gs_ctx_output_in_place(c: *const gs_kernel_ctx, i: u32)
         Ok(())
     });
     yes
+}
+
+/// The run's `CRunData`, when the kernel runs in a run started by `gs_run`.
+fn run_data<'a>(x: &'a KernelCtx<'_>) -> Option<&'a CRunData> {
+    x.run_data().and_then(|d| d.downcast_ref::<CRunData>())
+}
+
+/// The `user_data` of the run's `gs_run_options`; NULL if it had none, or for a bad context.
+///
+/// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
+#[no_mangle]
+pub unsafe extern "C" fn gs_ctx_user_data(c: *const gs_kernel_ctx) -> *mut c_void {
+    let mut data = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: `c` comes from the kernel's arguments (C contract).
+        data = run_data(unsafe { ctx(c) }?).map_or(std::ptr::null_mut(), |d| d.user_data);
+        Ok(())
+    });
+    data
+}
+
+/// The pool the run was started with: a kernel may run a nested graph with it (`gs_run` from
+/// inside the kernel), or take scratch memory from it. NULL for a bad context.
+///
+/// Only inside the kernel call that received `ctx`, on its thread. The handle is the caller's,
+/// valid while its `gs_run` lasts.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
+#[no_mangle]
+pub unsafe extern "C" fn gs_ctx_pool(c: *const gs_kernel_ctx) -> *mut gs_pool {
+    let mut pool = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: `c` comes from the kernel's arguments (C contract).
+        pool = run_data(unsafe { ctx(c) }?).map_or(std::ptr::null_mut(), |d| d.pool);
+        Ok(())
+    });
+    pool
+}
+
+/// The executor running this node; NULL if the run has none (or for a bad context). A nested
+/// `gs_run` on it shares its threads and cannot deadlock: the thread waiting for the nested run
+/// works on it (and on whatever else is queued) until it is over.
+///
+/// Only inside the kernel call that received `ctx`, on its thread. The handle is the caller's,
+/// valid while its `gs_run` lasts.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns.
+#[no_mangle]
+pub unsafe extern "C" fn gs_ctx_executor(c: *const gs_kernel_ctx) -> *mut gs_executor {
+    let mut executor = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: `c` comes from the kernel's arguments (C contract).
+        executor = run_data(unsafe { ctx(c) }?).map_or(std::ptr::null_mut(), |d| d.executor);
+        Ok(())
+    });
+    executor
 }

@@ -3,11 +3,14 @@
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 
+use std::ffi::c_void;
+
 use super::cancel::gs_cancel_token;
 use super::executor::gs_executor;
 use super::graph::gs_graph;
 use super::gs_status::*;
 use super::handle::{free_handle_with, handle_ref, into_handle_boxed, out_arg, slice_arg, Handle};
+use super::observe::{gs_observer_fn, CObserver, CRunData};
 use super::plan::gs_plan;
 use super::pool::gs_pool;
 use super::status::{guard, FfiError};
@@ -98,6 +101,14 @@ pub struct gs_run_options {
     pub cancel: *const gs_cancel_token,
     /// Nanoseconds from the call after which no new node starts (`GS_ERR_DEADLINE`); 0: none.
     pub timeout_ns: u64,
+    /// This run's data for its kernels (`gs_ctx_user_data`); graphsched never reads it.
+    pub user_data: *mut c_void,
+    /// Called as each node's kernel starts; NULL: nothing is called, at no cost.
+    pub on_node_start: gs_observer_fn,
+    /// Called as each node's kernel ends.
+    pub on_node_end: gs_observer_fn,
+    /// Passed to both observers.
+    pub observer_data: *mut c_void,
 }
 
 impl Default for gs_run_options {
@@ -113,6 +124,10 @@ impl Default for gs_run_options {
             plan: std::ptr::null(),
             cancel: std::ptr::null(),
             timeout_ns: 0,
+            user_data: std::ptr::null_mut(),
+            on_node_start: None,
+            on_node_end: None,
+            observer_data: std::ptr::null_mut(),
         }
     }
 }
@@ -156,6 +171,12 @@ pub unsafe extern "C" fn gs_run(
         let out = unsafe { out_arg(out, "out") }?;
         let compiled = g.compiled()?;
         let mut run_options = RunOptions::default();
+        let mut data = CRunData {
+            user_data: std::ptr::null_mut(),
+            pool,
+            executor: std::ptr::null_mut(),
+        };
+        let mut observer = None;
         // SAFETY: NULL or readable by contract.
         if let Some(o) = unsafe { options.as_ref() } {
             // SAFETY: readable for `num_inputs` bindings by contract.
@@ -195,7 +216,18 @@ pub unsafe extern "C" fn gs_run(
             }
             run_options.window = o.window as usize;
             run_options.memory_limit_bytes = o.memory_limit_bytes;
+            data.user_data = o.user_data;
+            data.executor = o.executor;
+            if o.on_node_start.is_some() || o.on_node_end.is_some() {
+                observer = Some(CObserver {
+                    on_start: o.on_node_start,
+                    on_end: o.on_node_end,
+                    data: o.observer_data,
+                });
+            }
         }
+        run_options.data = Some(&data);
+        run_options.observer = observer.as_ref().map(|o| o as &dyn crate::exec::Observer);
         let result = exec::run(compiled, &p.pool, &run_options)?;
         *out = into_handle_boxed(boxed_result(gs_run_result { result }))?;
         Ok(())
