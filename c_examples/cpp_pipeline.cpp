@@ -1,70 +1,37 @@
-// cpp_pipeline: graphsched from C++17.
+// cpp_pipeline: graphsched from C++17 through graphsched.hpp.
 //
-//   x[N] -> affine (3x - 2, a C++ object as user_data) -> relu (lambda) -> total (extern "C")
+//   x[batch x 2] -> affine (3x - 2, state in a C++ object) -> relu (lambda) -> total (lambda)
+//                                                           -> branch (an If: runs `inner` nested)
 //
-// Shows: handles owned by std::unique_ptr with custom deleters, status codes turned into
-// exceptions on the caller's side, and kernels that never let an exception escape into the
-// library (catch, gs_ctx_set_error, return non-zero). One run is made to fail on purpose.
-#include <graphsched.h>
+// Shows: RAII handles, lambdas as kernels, spans over tensors, an input whose size each run
+// binds (batch 1, 3 and 8, with size functions), per-run data, a nested run on the run's own
+// executor, an exception thrown in a kernel becoming gs::Error with the status, the node and
+// the exception's text, and the pool getting everything back.
+#include <graphsched.hpp>
 
-#include <array>
 #include <atomic>
 #include <cstdio>
-#include <cstring>
-#include <initializer_list>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace {
 
-struct GraphDeleter {
-    void operator()(gs_graph *g) const noexcept { gs_graph_free(g); }
-};
-struct PoolDeleter {
-    void operator()(gs_pool *p) const noexcept { gs_pool_free(p); }
-};
-struct ResultDeleter {
-    void operator()(gs_run_result *r) const noexcept { gs_result_free(r); }
-};
-using Graph = std::unique_ptr<gs_graph, GraphDeleter>;
-using Pool = std::unique_ptr<gs_pool, PoolDeleter>;
-using Result = std::unique_ptr<gs_run_result, ResultDeleter>;
-
-// A failed gs_* call, with the library's sentence.
-struct Error : std::runtime_error {
-    gs_status status;
-    Error(gs_status s, const std::string &call)
-        : std::runtime_error(call + " returned " + gs_status_name(s) + ": " + gs_last_error_message()), status(s) {}
-};
-
-void check(gs_status s, const char *call) {
-    if (s != GS_OK) throw Error(s, call);
-}
-#define GS_TRY(call) check((call), #call)
-
 void expect(bool ok, const std::string &what) {
     if (!ok) throw std::runtime_error("check failed: " + what);
 }
 
-// The kernel state lives in an ordinary C++ object; graphsched only passes the pointer back.
+// Kernel state in an ordinary C++ object; the lambda captures it.
 class Affine {
 public:
     Affine(float a, float b) : a_(a), b_(b) {}
-
-    void apply(gs_kernel_ctx *ctx) {
-        const gs_tensor *in = gs_ctx_input(ctx, 0);
-        gs_tensor *out = gs_ctx_output(ctx, 0);
-        if (!in || !out) throw std::logic_error("missing input or output");
-        if (in->nbytes != out->nbytes) throw std::invalid_argument("input and output sizes differ");
+    void apply(gs::Context &c) {
         if (fail_next_.exchange(false)) throw std::runtime_error("Affine: simulated failure");
-        auto x = static_cast<const float *>(in->data);
-        auto y = static_cast<float *>(out->data);
-        for (size_t i = 0; i < in->nbytes / sizeof(float); i++) y[i] = a_ * x[i] + b_;
+        auto in = c.input<float>(0);
+        auto out = c.output<float>(0);
+        for (size_t i = 0; i < in.size(); i++) out[i] = a_ * in[i] + b_;
         ++calls_;
     }
-
     void fail_next() { fail_next_ = true; }
     int calls() const { return calls_; }
 
@@ -74,145 +41,95 @@ private:
     std::atomic<int> calls_{0};
 };
 
-}  // namespace
-
-// The pattern for every C++ kernel: nothing may propagate out of it.
-extern "C" int32_t affine_kernel(gs_kernel_ctx *ctx, void *user) {
-    try {
-        static_cast<Affine *>(user)->apply(ctx);
-        return 0;
-    } catch (const std::exception &e) {
-        gs_ctx_set_error(ctx, e.what());
-        return 1;
-    } catch (...) {
-        gs_ctx_set_error(ctx, "unknown C++ exception");
-        return 1;
-    }
-}
-
-extern "C" int32_t total_kernel(gs_kernel_ctx *ctx, void *) {
-    const gs_tensor *in = gs_ctx_input(ctx, 0);
-    gs_tensor *out = gs_ctx_output(ctx, 0);
-    float sum = 0.0f;
-    for (size_t i = 0; i < in->nbytes / sizeof(float); i++) sum += static_cast<const float *>(in->data)[i];
-    *static_cast<float *>(out->data) = sum;
-    return 0;
-}
-
-namespace {
-
-// A captureless lambda converts to a plain function pointer.
-const gs_kernel_fn relu_kernel = [](gs_kernel_ctx *ctx, void *) -> int32_t {
-    try {
-        const gs_tensor *in = gs_ctx_input(ctx, 0);
-        gs_tensor *out = gs_ctx_output(ctx, 0);
-        if (!in || !out) throw std::logic_error("missing input or output");
-        auto x = static_cast<const float *>(in->data);
-        auto y = static_cast<float *>(out->data);
-        for (size_t i = 0; i < in->nbytes / sizeof(float); i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-        return 0;
-    } catch (...) {
-        gs_ctx_set_error(ctx, "relu failed");
-        return 1;
-    }
-};
-
-// graphsched copies the description during the call, so temporaries are fine.
-gs_value add_node(gs_graph *g, const char *name, const char *op, gs_kernel_fn k, void *user,
-                  std::initializer_list<gs_value> inputs, size_t out_bytes) {
-    gs_node_desc d{};
-    d.name = name;
-    d.op_type = op;
-    d.kernel = k;
-    d.user_data = user;
-    d.inputs = inputs.begin();
-    d.num_inputs = static_cast<uint32_t>(inputs.size());
-    d.num_outputs = 1;
-    d.output_sizes = &out_bytes;
-    uint32_t id = 0;
-    GS_TRY(gs_graph_add_node(g, &d, &id));
-    return gs_value{id, 0};
-}
-
-std::vector<float> floats(const Result &r, gs_value v) {
-    gs_tensor t{};
-    GS_TRY(gs_result_output(r.get(), v, &t));
-    auto p = static_cast<const float *>(t.data);
-    return std::vector<float>(p, p + t.nbytes / sizeof(float));
-}
-
-constexpr size_t N = 6;
+// Output sizes follow the input: the same bytes.
+void same_size(gs::Span<const size_t> in, gs::Span<size_t> out) { out[0] = in[0]; }
 
 int run_example() {
+    constexpr size_t WIDTH = 2 * sizeof(float);  // one row
+
+    // The If operator's branch: doubles its input.
+    gs::Graph inner;
+    gs_value in_x = inner.add_input("x", sizeof(float));
+    gs_value doubled = inner.add_node("double", "Scale", {in_x}, {sizeof(float)}, [](gs::Context &c) {
+        c.output<float>(0)[0] = 2 * c.input<float>(0)[0];
+    });
+    inner.mark_output(doubled);
+    inner.finalize();
+
     Affine affine(3.0f, -2.0f);
-    Graph g;
-    {
-        gs_graph *raw = nullptr;
-        GS_TRY(gs_graph_new(&raw));
-        g.reset(raw);
-    }
-    gs_value x{};
-    GS_TRY(gs_graph_add_input(g.get(), "x", N * sizeof(float), &x));
-    gs_value a = add_node(g.get(), "affine", "Affine", affine_kernel, &affine, {x}, N * sizeof(float));
-    gs_value r = add_node(g.get(), "relu", "Relu", relu_kernel, nullptr, {a}, N * sizeof(float));
-    gs_value t = add_node(g.get(), "total", "ReduceSum", total_kernel, nullptr, {r}, sizeof(float));
-    GS_TRY(gs_graph_mark_output(g.get(), r));
-    GS_TRY(gs_graph_mark_output(g.get(), t));
-    GS_TRY(gs_graph_finalize(g.get()));
+    gs::Graph g;
+    gs_value x = g.add_input("x", GS_SIZE_DYNAMIC);
+    gs::NodeOptions follows;
+    follows.sizes = same_size;
+    gs_value a = g.add_node("affine", "Affine", {x}, {WIDTH}, [&](gs::Context &c) { affine.apply(c); }, follows);
+    gs_value r = g.add_node("relu", "Relu", {a}, {WIDTH}, [](gs::Context &c) {
+        auto in = c.input<float>(0);
+        auto out = c.output<float>(0);
+        for (size_t i = 0; i < in.size(); i++) out[i] = in[i] > 0 ? in[i] : 0;
+    }, follows);
+    gs_value t = g.add_node("total", "ReduceSum", {r}, {sizeof(float)}, [](gs::Context &c) {
+        float sum = 0;
+        for (float v : c.input<float>(0)) sum += v;
+        c.output<float>(0)[0] = sum * *c.run_data<float>();  // the run's data: a scale
+    });
+    gs_value b = g.add_node("branch", "If", {t}, {sizeof(float)}, [&](gs::Context &c) {
+        alignas(16) float v = c.input<float>(0)[0];
+        gs::RunOptions o;
+        o.bind(in_x, &v, sizeof v);
+        gs::Result nested = gs::run_nested(inner, c, o);
+        c.output<float>(0)[0] = nested.output<float>(doubled)[0];
+    });
+    g.mark_output(r);
+    g.mark_output(t);
+    g.mark_output(b);
+    g.finalize();
 
-    Pool pool;
-    {
-        gs_pool *raw = nullptr;
-        GS_TRY(gs_pool_new(nullptr, &raw));
-        pool.reset(raw);
-    }
+    gs::Pool pool;
+    gs::Executor executor(2);
+    float scale = 0.5f;
+    int good_runs = 0;
+    for (size_t batch : {1u, 3u, 8u, 3u}) {
+        std::vector<float> xs(2 * batch);  // operator new aligns to 16 bytes, as bindings need
+        for (size_t i = 0; i < xs.size(); i++) xs[i] = static_cast<float>(i % 7) - 2.0f;
+        gs::RunOptions options;
+        options.bind(x, xs.data(), xs.size() * sizeof(float)).executor(executor).user_data(&scale);
+        gs::Result result = gs::run(g, pool, options);
+        good_runs++;
+        float want_total = 0;
+        auto relu = result.output<float>(r);
+        expect(relu.size() == xs.size(), "relu follows the batch: " + std::to_string(relu.size()));
+        for (size_t i = 0; i < xs.size(); i++) {
+            float want = 3 * xs[i] - 2 > 0 ? 3 * xs[i] - 2 : 0;
+            expect(relu[i] == want, "relu(3x - 2) at " + std::to_string(i));
+            want_total += want;
+        }
+        expect(result.output<float>(t)[0] == want_total * scale, "total at batch " + std::to_string(batch));
+        expect(result.output<float>(b)[0] == 2 * want_total * scale, "the nested branch");
+        std::printf("batch %zu: total %g\n", batch, static_cast<double>(result.output<float>(t)[0]));
+    }  // each result goes back to the pool here
 
-    alignas(16) std::array<float, N> xs{-2, -1, 0, 1, 2, 3};
-    gs_input_binding binding{};
-    binding.value = x;
-    binding.tensor.data = xs.data();
-    binding.tensor.nbytes = sizeof xs;
-    gs_run_options options{};  // zero-initialized: every field not set here takes its default
-    options.inputs = &binding;
-    options.num_inputs = 1;
-    auto run = [&] {
-        gs_run_result *raw = nullptr;
-        GS_TRY(gs_run(g.get(), pool.get(), &options, &raw));
-        return Result(raw);
-    };
-
-    std::vector<float> want;
-    float want_total = 0.0f;
-    for (float v : xs) {
-        want.push_back(3.0f * v - 2.0f > 0.0f ? 3.0f * v - 2.0f : 0.0f);
-        want_total += want.back();
-    }
-    {
-        Result result = run();
-        expect(floats(result, r) == want, "relu(3x - 2) is wrong");
-        expect(floats(result, t) == std::vector<float>{want_total}, "total is wrong");
-        std::printf("relu(3x - 2) for x = -2..3 sums to %g\n", static_cast<double>(want_total));
-    }  // the result goes back to the pool here
-
-    // An exception inside the kernel becomes GS_ERR_KERNEL_FAILED, quoted with the node name.
+    // An exception inside a kernel becomes gs::Error: the status, the node, what() quoted.
     affine.fail_next();
+    alignas(16) float two[2] = {1, 2};
     try {
-        run();
+        gs::run(g, pool, gs::RunOptions().bind(x, two, sizeof two).user_data(&scale));
         throw std::runtime_error("the run with a throwing kernel succeeded");
-    } catch (const Error &e) {
+    } catch (const gs::Error &e) {
         const std::string msg = e.what();
-        expect(e.status == GS_ERR_KERNEL_FAILED, "status of the failed run: " + msg);
+        expect(e.status() == GS_ERR_KERNEL_FAILED, "status of the failed run: " + msg);
         expect(msg.find("'affine'") != std::string::npos, "the message names the node: " + msg);
         expect(msg.find("Affine: simulated failure") != std::string::npos, "the message quotes what(): " + msg);
-        std::printf("failed as intended: %s\n", gs_last_error_message());
+        std::printf("failed as intended: %s\n", e.message().c_str());
     }
-    gs_pool_stats ps{};
-    GS_TRY(gs_pool_get_stats(pool.get(), &ps));
-    expect(ps.live_bytes == 0, "no bytes live after the failed run");
+    expect(pool.stats().live_bytes == 0, "no bytes live after the failed run");
 
-    Result again = run();
-    expect(floats(again, t) == std::vector<float>{want_total}, "total after the failure");
-    expect(affine.calls() == 2, "affine ran twice successfully");
+    // Without exceptions: try_run gives the status.
+    gs::Result out;
+    gs::RunOptions options;
+    options.bind(x, two, sizeof two).user_data(&scale);
+    gs::Status s = gs::try_run(g, pool, options, out);
+    expect(s.ok() && out.output<float>(t)[0] == (1 + 4) * scale, "try_run: " + s.message);
+    expect(affine.calls() == good_runs + 1, "affine ran once per successful run");
     std::printf("cpp_pipeline: OK\n");
     return 0;
 }
