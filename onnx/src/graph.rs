@@ -120,11 +120,7 @@ impl<'r> OnnxGraph<'r> {
                 num_inputs: inputs.len() as u32,
                 num_outputs: sizes.len() as u32,
                 output_sizes: sizes.as_ptr(),
-                estimated_ns: 0,
-                flags: 0,
-                in_place_output: 0,
-                in_place_input: 0,
-                size_fn: None,
+                ..Default::default()
             };
             let mut id = 0;
             // SAFETY: live graph; the descriptor's arrays and strings live for the call, and

@@ -96,6 +96,27 @@ pub struct gs_node_desc {
     pub size_fn: gs_size_fn,
 }
 
+impl Default for gs_node_desc {
+    /// All zeros, as C code starts one: no name or kernel yet, no inputs, no outputs.
+    fn default() -> Self {
+        gs_node_desc {
+            name: std::ptr::null(),
+            op_type: std::ptr::null(),
+            kernel: None,
+            user_data: std::ptr::null_mut(),
+            inputs: std::ptr::null(),
+            num_inputs: 0,
+            num_outputs: 0,
+            output_sizes: std::ptr::null(),
+            estimated_ns: 0,
+            flags: 0,
+            in_place_output: 0,
+            in_place_input: 0,
+            size_fn: None,
+        }
+    }
+}
+
 /// A C size function and its user data, callable from any thread (the header's contract).
 struct CSizeFn {
     f: unsafe extern "C" fn(*const usize, u32, *mut usize, u32, *mut c_void) -> i32,
