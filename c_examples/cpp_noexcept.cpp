@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+static_assert(!GRAPHSCHED_HPP_EXCEPTIONS, "this example must be built without exceptions");
+
 namespace {
 
 int handled = 0;

@@ -266,8 +266,9 @@ typedef int32_t (*gs_kernel_fn)(struct gs_kernel_ctx *ctx, void *user_data);
 // before its kernel runs) to its output sizes. `output_sizes` holds the declared sizes on entry;
 // overwrite any with a positive byte count, or `GS_SIZE_DYNAMIC` to leave the output to the
 // kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
-// not seen before, in topological order; return 0, or non-zero to fail the run
-// (`GS_ERR_KERNEL_FAILED`, naming the node).
+// not seen before, in topological order, on the thread that called `gs_run` (so possibly on
+// several threads at once, for runs started at once); return 0, or non-zero to fail the run
+// (`GS_ERR_KERNEL_FAILED`, naming the node). A C++ exception must not leave it.
 typedef int32_t (*gs_size_fn)(const size_t *input_sizes,
                               uint32_t num_inputs,
                               size_t *output_sizes,
@@ -401,7 +402,7 @@ typedef struct gs_node_observation {
 } gs_node_observation;
 
 // Told when a node starts or ends, on the thread that runs it, several threads at once on an
-// executor. Must be quick and must not call back into the run.
+// executor. Must be quick; a C++ exception must not leave it.
 typedef void (*gs_observer_fn)(const struct gs_node_observation *observation, void *observer_data);
 
 // How to run a graph. Zero-initialize, then fill in; all zeros means defaults. NULL options

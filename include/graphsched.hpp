@@ -16,7 +16,9 @@
  * GRAPHSCHED_NO_EXCEPTIONS defined), a failed call goes to the handler set with
  * gs::set_error_handler (by default: print the sentence and abort), and the calls that fail at
  * run time for reasons other than programming errors have noexcept forms returning gs::Status
- * (gs::try_run).
+ * (gs::try_run, gs::try_run_nested, Context::try_alloc_output); a kernel fails with
+ * Context::fail. A size function that throws fails the run without its message (the C size
+ * function has no channel for one).
  *
  *   gs::Graph g;
  *   gs_value x = g.add_input("x", 4 * sizeof(float));
@@ -37,6 +39,7 @@
 #include <graphsched.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -48,12 +51,17 @@
 
 #if defined(__cpp_exceptions) && !defined(GRAPHSCHED_NO_EXCEPTIONS)
 #define GRAPHSCHED_HPP_EXCEPTIONS 1
+#define GRAPHSCHED_HPP_MODE with_exceptions
 #include <stdexcept>
 #else
 #define GRAPHSCHED_HPP_EXCEPTIONS 0
+#define GRAPHSCHED_HPP_MODE without_exceptions
 #endif
 
 namespace gs {
+// The two modes compile different bodies for the same names: an inline namespace per mode keeps
+// translation units built each way from sharing (ODR-violating) definitions.
+inline namespace GRAPHSCHED_HPP_MODE {
 
 /// A call's outcome: its status and, on failure, the library's sentence.
 struct Status {
@@ -168,12 +176,22 @@ public:
         gs_tensor &t = output_tensor(i);
         return Span<T>(static_cast<T *>(t.data), t.nbytes / sizeof(T));
     }
-    /// Allocates dynamic output `i` with `nbytes` (GS_SIZE_DYNAMIC outputs only).
+    /// Allocates `count` elements for dynamic output `i` (GS_SIZE_DYNAMIC outputs only). A
+    /// memory limit may refuse it: `try_alloc_output` reports that without throwing.
     template <class T>
     Span<T> alloc_output(uint32_t i, size_t count) {
+        Span<T> out;
+        Status s = try_alloc_output(i, count, out);
+        if (!s) detail::fail(std::move(s));
+        return out;
+    }
+    template <class T>
+    Status try_alloc_output(uint32_t i, size_t count, Span<T> &out) noexcept {
         gs_tensor *t = nullptr;
-        detail::check(gs_ctx_alloc_output(ctx_, i, count * sizeof(T), &t));
-        return Span<T>(static_cast<T *>(t->data), count);
+        if (count > SIZE_MAX / sizeof(T)) return detail::status_of(gs_ctx_alloc_output(ctx_, i, SIZE_MAX, &t));
+        gs_status code = gs_ctx_alloc_output(ctx_, i, count * sizeof(T), &t);
+        if (code == GS_OK) out = Span<T>(static_cast<T *>(t->data), count);
+        return detail::status_of(code);
     }
     /// Whether output `i` took over its in-place input's buffer.
     bool output_in_place(uint32_t i) const noexcept { return gs_ctx_output_in_place(ctx_, i) != 0; }
@@ -251,6 +269,7 @@ public:
     gs_value add_node(const std::string &name, const std::string &op_type, const std::vector<gs_value> &inputs,
                       const std::vector<size_t> &output_sizes, Kernel kernel, NodeOptions options = {}) {
         auto node = std::make_unique<NodeState>(NodeState{std::move(kernel), std::move(options.sizes)});
+        nodes_.reserve(nodes_.size() + 1);  // the push_back below cannot throw once the graph holds the pointer
         gs_node_desc d{};
         d.name = name.c_str();
         d.op_type = op_type.c_str();
@@ -270,7 +289,7 @@ public:
         if (node->sizes) d.size_fn = &Graph::call_sizes;
         uint32_t id = 0;
         detail::check(gs_graph_add_node(raw_, &d, &id));
-        nodes_.push_back(std::move(node));  // only once the graph holds the pointer
+        nodes_.push_back(std::move(node));  // only once the graph holds the pointer (a failed call keeps none)
         return gs_value{id, 0};
     }
 
@@ -489,15 +508,20 @@ inline Result run(const Graph &graph, Pool &pool, RunOptions &options) {
 inline Result run(const Graph &graph, Pool &pool, RunOptions &&options) { return run(graph, pool, options); }
 
 /// From inside a kernel: runs `graph` on the kernel's own run's pool and executor (an If or
-/// Loop operator); cannot deadlock, whatever the other threads are doing.
-inline Result run_nested(const Graph &graph, const Context &ctx, RunOptions &options) {
+/// Loop operator; the options' executor is replaced). The waiting thread works on queued nodes
+/// meanwhile, so graphsched's waits cannot deadlock; kernels must not block on one another.
+inline Status try_run_nested(const Graph &graph, const Context &ctx, RunOptions &options, Result &out) noexcept {
     options.executor(ctx.executor());
+    return try_run(graph, ctx.pool(), options, out);
+}
+inline Result run_nested(const Graph &graph, const Context &ctx, RunOptions &options) {
     Result r;
-    Status s = try_run(graph, ctx.pool(), options, r);
+    Status s = try_run_nested(graph, ctx, options, r);
     if (!s) detail::fail(std::move(s));
     return r;
 }
 
+}  // namespace GRAPHSCHED_HPP_MODE
 }  // namespace gs
 
 #endif  // GRAPHSCHED_HPP

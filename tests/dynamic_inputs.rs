@@ -309,7 +309,12 @@ fn a_size_function_that_gives_no_bytes_or_panics_fails_the_run_naming_the_node()
         )
         .err()
         .expect("the run fails");
-        assert_eq!(e.kind(), ErrorKind::KernelFailed, "{name}");
+        let want = if name == "panics" {
+            ErrorKind::KernelPanicked
+        } else {
+            ErrorKind::KernelFailed
+        };
+        assert_eq!(e.kind(), want, "{name}");
         assert!(e.message().contains(&format!("node '{name}'")), "{e}");
     }
 }

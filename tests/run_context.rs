@@ -214,10 +214,12 @@ fn an_observer_hears_every_node_start_and_end_once_in_order() {
         let [(true, s), (false, f)] = events[..] else {
             panic!("node {node}: {events:?}")
         };
-        assert_eq!(
-            (s.end_ns, s.thread, s.start_ns),
-            (0, f.thread, f.start_ns),
-            "node {node}"
+        // Heard at start just before the kernel; the end reports the kernel's own start and end,
+        // timed after the first call returned.
+        assert_eq!((s.end_ns, s.thread), (0, f.thread), "node {node}");
+        assert!(
+            s.start_ns <= f.start_ns && f.start_ns <= f.end_ns,
+            "node {node}: {s:?} {f:?}"
         );
         if *node != bad {
             assert!(f.end_ns >= f.start_ns + 150_000, "node {node} slept 200 us: {f:?}");

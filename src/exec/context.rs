@@ -2,10 +2,13 @@
 //!
 //! A kernel sees its node through [`KernelCtx`]; through the run context it also sees the run:
 //! the caller's per-run data ([`RunOptions::data`]), and the pool and executor the run uses, so
-//! that a kernel can run a nested graph (an If or Loop operator) on the same executor. Nested
-//! runs cannot deadlock: a thread that calls `run` executes work until its own run is over, its
-//! own run's nodes among it, so a nested run always has a thread working for it: the one waiting
-//! for it. Nesting costs stack depth, not threads.
+//! that a kernel can run a nested graph (an If or Loop operator) on the same executor.
+//! graphsched's own waits cannot deadlock: a thread that calls `run` executes queued work until
+//! its own run is over, its own run's nodes among it, so a nested run always has a thread
+//! working for it, the one waiting for it. What it helps with may be any queued node, of this
+//! run or another: kernels must not block on one another (a lock held across a nested run that
+//! another instance of the kernel needs would deadlock), and the stack grows with the nested
+//! runs a thread picks up while it waits.
 //!
 //! An [`Observer`] ([`RunOptions::observer`]) hears when each node starts and ends, on which
 //! thread, in nanoseconds since the run started; runs without one pay nothing for it.
@@ -34,11 +37,13 @@ pub struct NodeObservation {
     pub node: u32,
     /// 0: the thread that called `run`; i + 1: the executor's worker i.
     pub thread: u32,
-    /// Kernel start, in nanoseconds since the run started.
+    /// Kernel start, in nanoseconds since the run started (in the call made as the node starts:
+    /// the time of that call, just before the kernel).
     pub start_ns: u64,
     /// Kernel end, in nanoseconds since the run started; 0 when the node starts.
     pub end_ns: u64,
-    /// Whether the kernel succeeded (true when the node starts).
+    /// Whether the kernel returned success (true when the node starts). The node may still
+    /// fail after it: its outputs checked, a dynamic output refused by the memory limit.
     pub ok: bool,
 }
 

@@ -311,20 +311,22 @@ impl RunState<'_> {
         };
         scratch.executed += 1;
         let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
-        let start = (sample || self.trace.is_some() || self.observer.is_some()).then(Instant::now);
-        if let (Some(observer), Some(start)) = (self.observer, start) {
-            let at = self.observation(node, scratch.thread, start, None);
+        if let Some(observer) = self.observer {
+            let at = self.observation(node, scratch.thread, Instant::now(), None);
             // An observer's panic must not fail the node or reach a worker.
             let _ = catch_unwind(AssertUnwindSafe(|| observer.node_started(&at)));
         }
+        // Timed after the observer's call, so that what it costs is not the kernel's.
+        let start = (sample || self.trace.is_some() || self.observer.is_some()).then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
-        if let (Some(observer), Some(start)) = (self.observer, start) {
+        let end = start.map(|_| Instant::now());
+        if let (Some(observer), Some(start), Some(end)) = (self.observer, start, end) {
             let ok = matches!(outcome, Ok(Ok(())));
-            let at = self.observation(node, scratch.thread, start, Some((Instant::now(), ok)));
+            let at = self.observation(node, scratch.thread, start, Some((end, ok)));
             let _ = catch_unwind(AssertUnwindSafe(|| observer.node_finished(&at)));
         }
-        if let Some(start) = start {
-            let ns = start.elapsed().as_nanos() as u64;
+        if let (Some(start), Some(end)) = (start, end) {
+            let ns = end.duration_since(start).as_nanos() as u64;
             if sample {
                 g.learn(node, ns);
             }

@@ -46,8 +46,9 @@ pub type gs_kernel_fn = Option<unsafe extern "C" fn(ctx: *mut gs_kernel_ctx, use
 /// before its kernel runs) to its output sizes. `output_sizes` holds the declared sizes on entry;
 /// overwrite any with a positive byte count, or `GS_SIZE_DYNAMIC` to leave the output to the
 /// kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
-/// not seen before, in topological order; return 0, or non-zero to fail the run
-/// (`GS_ERR_KERNEL_FAILED`, naming the node).
+/// not seen before, in topological order, on the thread that called `gs_run` (so possibly on
+/// several threads at once, for runs started at once); return 0, or non-zero to fail the run
+/// (`GS_ERR_KERNEL_FAILED`, naming the node). A C++ exception must not leave it.
 #[allow(non_camel_case_types)]
 pub type gs_size_fn = Option<
     unsafe extern "C" fn(

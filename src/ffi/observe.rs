@@ -24,7 +24,7 @@ pub struct gs_node_observation {
 }
 
 /// Told when a node starts or ends, on the thread that runs it, several threads at once on an
-/// executor. Must be quick and must not call back into the run.
+/// executor. Must be quick; a C++ exception must not leave it.
 #[allow(non_camel_case_types)]
 pub type gs_observer_fn =
     Option<unsafe extern "C" fn(observation: *const gs_node_observation, observer_data: *mut c_void)>;

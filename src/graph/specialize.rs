@@ -49,8 +49,9 @@ impl Graph {
     /// The graph for these input sizes, one per [`dynamic input`](Graph::dynamic_inputs) in
     /// order: every size function applied, made once per set of sizes and kept. Fails with
     /// [`ErrorKind::InputBinding`] for a size that is 0 or too large, and with
-    /// [`ErrorKind::KernelFailed`] when a size function fails or gives an impossible size,
-    /// naming the node.
+    /// [`ErrorKind::KernelFailed`] when a size function fails or gives 0 bytes,
+    /// [`ErrorKind::KernelPanicked`] when it panics and [`ErrorKind::SizeOverflow`] when it gives
+    /// too many bytes, naming the node.
     pub fn specialize(&self, sizes: &[usize]) -> Result<Arc<Graph>> {
         let inputs: Vec<u32> = self.dynamic_inputs().collect();
         if sizes.len() != inputs.len() {
@@ -75,11 +76,24 @@ impl Graph {
                 );
             }
         }
-        let mut cache = self.specializations.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, g)) = cache.iter().find(|(key, _)| **key == *sizes) {
-            return Ok(g.clone());
+        let lock = || self.specializations.0.lock().unwrap_or_else(|e| e.into_inner());
+        // A hit moves to the back: the sizes used least recently go first.
+        let hit = |cache: &mut VecDeque<Specialized>| {
+            let at = cache.iter().position(|(key, _)| **key == *sizes)?;
+            let entry = cache.remove(at)?;
+            cache.push_back(entry.clone());
+            Some(entry.1)
+        };
+        if let Some(g) = hit(&mut lock()) {
+            return Ok(g);
         }
+        // Size functions are the caller's code: they run without the lock, so that runs with
+        // other sizes go on meanwhile (and a size function may run this graph).
         let graph = Arc::new(self.with_sizes(self.propagate(&inputs, sizes)?));
+        let mut cache = lock();
+        if let Some(g) = hit(&mut cache) {
+            return Ok(g); // another run made it meanwhile
+        }
         if cache.len() == MAX_SPECIALIZATIONS {
             cache.pop_front();
         }
@@ -112,10 +126,21 @@ impl Graph {
                     format!("the size function of node '{name}' {why}"),
                 )
             };
+            let overflow = |why: String| {
+                Error::new(
+                    ErrorKind::SizeOverflow,
+                    format!("the size function of node '{name}' {why}"),
+                )
+            };
             match catch_unwind(AssertUnwindSafe(|| f(&ins, &mut outs))) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(failed(format!("failed: {e}"))),
-                Err(_) => return Err(failed("panicked".into())),
+                Err(_) => {
+                    return err(
+                        ErrorKind::KernelPanicked,
+                        format!("the size function of node '{name}' panicked"),
+                    )
+                }
             }
             let mut total = 0usize;
             for (k, (v, &bytes)) in values.zip(&outs).enumerate() {
@@ -130,7 +155,7 @@ impl Graph {
                     }
                     0 => return Err(failed(format!("gave output {k} a size of 0 bytes"))),
                     b if b > MAX_VALUE_BYTES => {
-                        return Err(failed(format!(
+                        return Err(overflow(format!(
                             "gave output {k} {b} bytes, more than one buffer can have"
                         )))
                     }
@@ -141,7 +166,7 @@ impl Graph {
                 };
             }
             if total > MAX_VALUE_BYTES {
-                return Err(failed(format!(
+                return Err(overflow(format!(
                     "gave outputs adding up to more than {MAX_VALUE_BYTES} bytes"
                 )));
             }
