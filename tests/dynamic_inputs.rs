@@ -149,48 +149,34 @@ fn one_graph_runs_at_batch_1_4_and_16_on_every_kind_of_run() {
     assert!(g.has_dynamic_inputs());
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
+    let on = Some(&executor);
+    // The limit fits batch 16's values (16 x 3 floats, twice, and the sum) and no more.
+    let limit = (16 * OUT * 4 * 2 + 4) as u64;
+    let kinds = [
+        RunOptions::default(),
+        RunOptions {
+            executor: on,
+            ..Default::default()
+        },
+        RunOptions {
+            auto_plan: true,
+            ..Default::default()
+        },
+        RunOptions {
+            executor: on,
+            auto_plan: true,
+            ..Default::default()
+        },
+        RunOptions {
+            executor: on,
+            memory_limit_bytes: limit,
+            ..Default::default()
+        },
+    ];
     for batch in [1, 4, 16, 4, 1, 16] {
-        check_run(&g, &pool, RunOptions::default(), batch);
-        check_run(
-            &g,
-            &pool,
-            RunOptions {
-                executor: Some(&executor),
-                ..Default::default()
-            },
-            batch,
-        );
-        check_run(
-            &g,
-            &pool,
-            RunOptions {
-                auto_plan: true,
-                ..Default::default()
-            },
-            batch,
-        );
-        check_run(
-            &g,
-            &pool,
-            RunOptions {
-                executor: Some(&executor),
-                auto_plan: true,
-                ..Default::default()
-            },
-            batch,
-        );
-        // The limit fits batch 16's values (16 x 3 floats, twice, and the sum) and no more.
-        let limit = (16 * OUT * 4 * 2 + 4) as u64;
-        check_run(
-            &g,
-            &pool,
-            RunOptions {
-                executor: Some(&executor),
-                memory_limit_bytes: limit,
-                ..Default::default()
-            },
-            batch,
-        );
+        for options in kinds {
+            check_run(&g, &pool, options, batch);
+        }
     }
 }
 
