@@ -62,7 +62,9 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_run_options, on_node_start, 80)         \
     X(gs_run_options, on_node_end, 88)           \
     X(gs_run_options, observer_data, 96)         \
+    X(gs_node_observation, thread, 4)            \
     X(gs_node_observation, start_ns, 8)          \
+    X(gs_node_observation, end_ns, 16)           \
     X(gs_node_observation, ok, 24)               \
     X(gs_executor_config, threads, 0)            \
     X(gs_sim_options, policy, 4)                 \

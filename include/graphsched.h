@@ -391,7 +391,7 @@ typedef struct gs_input_binding {
 typedef struct gs_node_observation {
   // The node's id.
   uint32_t node;
-  // 0: the thread that called `gs_run`; i + 1: the executor's worker i.
+  // 0: a thread that called `gs_run`; i + 1: the executor's worker i (also in a nested run).
   uint32_t thread;
   // Kernel start, in nanoseconds since the run started.
   uint64_t start_ns;

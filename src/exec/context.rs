@@ -35,7 +35,8 @@ pub(crate) struct RunContext<'r> {
 pub struct NodeObservation {
     /// The node, as `GraphBuilder::add_node` numbered it.
     pub node: u32,
-    /// 0: the thread that called `run`; i + 1: the executor's worker i.
+    /// 0: a thread that called `run`; i + 1: the executor's worker i (also when the worker runs
+    /// nodes of a nested run it called).
     pub thread: u32,
     /// Kernel start, in nanoseconds since the run started (in the call made as the node starts:
     /// the time of that call, just before the kernel).

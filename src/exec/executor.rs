@@ -187,6 +187,7 @@ impl Drop for Executor {
 
 impl Shared {
     fn worker_main(&self, index: usize, deques: Vec<Worker<Task>>) {
+        super::scratch::TRACK.with(|t| t.set(index as u32 + 1));
         let mut scratch = Scratch::default();
         let mut idle_since = None;
         let local = self.queues.worker_local(index, &deques);

@@ -30,6 +30,9 @@ thread_local! {
     /// The scratch of the runs this thread calls, kept between them (a run it calls from inside
     /// a kernel finds none and makes its own).
     static CALLER_SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+    /// This thread's track in traces and observations: a worker's index + 1, set when it starts;
+    /// 0 for any other thread. A worker that calls a nested run keeps its own track there.
+    pub(super) static TRACK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 impl Scratch {
@@ -51,6 +54,7 @@ impl Scratch {
             ready,
             admitted,
             freed,
+            thread: TRACK.try_with(|t| t.get()).unwrap_or(0),
             ..Default::default()
         }
     }

@@ -13,7 +13,7 @@ use crate::exec::{NodeObservation, Observer};
 pub struct gs_node_observation {
     /// The node's id.
     pub node: u32,
-    /// 0: the thread that called `gs_run`; i + 1: the executor's worker i.
+    /// 0: a thread that called `gs_run`; i + 1: the executor's worker i (also in a nested run).
     pub thread: u32,
     /// Kernel start, in nanoseconds since the run started.
     pub start_ns: u64,
