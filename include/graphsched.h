@@ -241,6 +241,10 @@ typedef struct gs_tensor {
   int64_t strides[8];
 } gs_tensor;
 
+// The body of a parallel loop: runs items `begin..end` (end excluded) with the `user` pointer
+// given to `gs_ctx_parallel_for`. Called from several threads at once; must not throw.
+typedef void (*gs_range_fn)(size_t begin, size_t end, void *user);
+
 // Executor settings; zero fields take their defaults.
 typedef struct gs_executor_config {
   // Threads in all, counting the thread that calls `gs_run` (which works too): `threads - 1`
@@ -660,6 +664,24 @@ struct gs_pool *gs_ctx_pool(const struct gs_kernel_ctx *c);
 // `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
 // returns.
 struct gs_executor *gs_ctx_executor(const struct gs_kernel_ctx *c);
+
+// Runs `fn` over `begin..end` in chunks of `grain` items (0 counts as 1): on this thread and
+// on the run's executor's other threads as they come free, ahead of other ready nodes; without
+// an executor, on this thread in order. Returns once every chunk has run. No thread is created;
+// it cannot deadlock, even when every thread is inside such a call (each caller runs every
+// chunk nobody else has claimed, then waits only for chunks being run).
+//
+// Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns; `f` may be called with `user` from several threads at once until this returns.
+gs_status gs_ctx_parallel_for(struct gs_kernel_ctx *c,
+                              size_t begin,
+                              size_t end,
+                              size_t grain,
+                              gs_range_fn f,
+                              void *user);
 
 // Starts an executor; `config` may be NULL for defaults.
 //

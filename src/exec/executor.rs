@@ -24,6 +24,7 @@ use crossbeam_deque::Worker;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::padded::CachePadded;
+use super::parallel::Job;
 use super::queues::{Local, Queues};
 use super::scratch::Scratch;
 use super::state::{panic_text, RunState};
@@ -32,7 +33,9 @@ use crate::error::{err, Error, ErrorKind, Result};
 /// How long an idle thread keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// A node of a run, queued.
+/// A node of a run, queued; or, with `node == JOB`, a helper of a parallel loop, whose `run` is
+/// then an `Arc<Job>` turned into a raw pointer (`Shared::push_job`), which running the task
+/// takes back.
 #[derive(Clone, Copy)]
 pub(super) struct Task {
     run: *const RunState<'static>,
@@ -51,8 +54,12 @@ enum Chain {
 }
 
 // SAFETY: a task points at a run that outlives it: the run's caller waits until the run's
-// `active` count, which includes every queued task, reaches 0 before dropping the run.
+// `active` count, which includes every queued task, reaches 0 before dropping the run. A job
+// task owns a strong count of its `Arc<Job>`, which is `Send + Sync`.
 unsafe impl Send for Task {}
+
+/// The `node` of a job task: no node has this id (graphs have fewer than `u32::MAX` nodes).
+const JOB: u32 = u32::MAX;
 
 /// A pool of worker threads; one executor serves many runs, concurrently.
 pub struct Executor {
@@ -131,6 +138,23 @@ impl Executor {
     /// Threads in all, the caller's included.
     pub fn threads(&self) -> usize {
         self.shared.threads
+    }
+
+    /// Queues `helpers` tasks that each help `job` (`parallel.rs`), ahead of every node.
+    pub(super) fn push_job(&self, job: &Arc<Job>, helpers: usize) {
+        for _ in 0..helpers {
+            let run = Arc::into_raw(job.clone()).cast::<RunState<'static>>();
+            self.shared.queues.push(
+                0,
+                Task {
+                    run,
+                    node: JOB,
+                    reserved: false,
+                },
+                None,
+            );
+        }
+        self.shared.sleep.notify(helpers);
     }
 
     /// Runs `state` to its end: queues its ready roots, works until nothing of it is queued or
@@ -267,6 +291,12 @@ impl Shared {
         scratch: &mut Scratch,
         own: Option<*const RunState<'static>>,
     ) {
+        if task.node == JOB {
+            // SAFETY: a job task carries one strong count of its job (`push_job`), taken back here once.
+            let job = unsafe { Arc::from_raw(task.run.cast::<Job>()) };
+            job.help();
+            return;
+        }
         let run = task.run;
         if own.is_some() {
             // A calling thread: its cache slot is 0 in its own run, it has none in others.

@@ -310,3 +310,61 @@ pub unsafe extern "C" fn gs_ctx_executor(c: *const gs_kernel_ctx) -> *mut gs_exe
     });
     executor
 }
+
+/// The body of a parallel loop: runs items `begin..end` (end excluded) with the `user` pointer
+/// given to `gs_ctx_parallel_for`. Called from several threads at once; must not throw.
+#[allow(non_camel_case_types)]
+pub type gs_range_fn = Option<unsafe extern "C" fn(begin: usize, end: usize, user: *mut c_void)>;
+
+/// A C loop body and its data, callable from any thread (the header's contract).
+struct CRange {
+    f: unsafe extern "C" fn(usize, usize, *mut c_void),
+    user: *mut c_void,
+}
+
+// SAFETY: the header requires the body to be callable from several threads at once with its
+// `user` pointer; graphsched only passes the pointer back.
+unsafe impl Sync for CRange {}
+
+/// Runs `fn` over `begin..end` in chunks of `grain` items (0 counts as 1): on this thread and
+/// on the run's executor's other threads as they come free, ahead of other ready nodes; without
+/// an executor, on this thread in order. Returns once every chunk has run. No thread is created;
+/// it cannot deadlock, even when every thread is inside such a call (each caller runs every
+/// chunk nobody else has claimed, then waits only for chunks being run).
+///
+/// Only inside the kernel call that received `ctx`, on its thread.
+///
+/// # Safety
+/// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+/// returns; `f` may be called with `user` from several threads at once until this returns.
+#[no_mangle]
+pub unsafe extern "C" fn gs_ctx_parallel_for(
+    c: *mut gs_kernel_ctx,
+    begin: usize,
+    end: usize,
+    grain: usize,
+    f: gs_range_fn,
+    user: *mut c_void,
+) -> gs_status {
+    guard(|| {
+        // SAFETY: `c` comes from the kernel's arguments (C contract).
+        let x = unsafe { ctx(c) }?;
+        let f = f.ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'f' is NULL"))?;
+        if begin > end {
+            return Err(FfiError::new(
+                GS_ERR_INVALID_ARGUMENT,
+                format!(
+                    "node '{}': parallel loop from {begin} to {end}, which ends before it begins",
+                    x.node_name()
+                ),
+            ));
+        }
+        let body = &CRange { f, user };
+        let run = move |r: std::ops::Range<usize>| {
+            // SAFETY: the caller vouched for `f` and `user` (C contract); each call gets a chunk.
+            unsafe { (body.f)(r.start, r.end, body.user) }
+        };
+        x.parallel_for(begin..end, grain, &run)
+            .map_err(|e| FfiError::new(GS_ERR_KERNEL_FAILED, format!("node '{}': {e}", x.node_name())))
+    })
+}

@@ -421,6 +421,8 @@ pub(super) fn kernel_context(s: &mut Spec) {
         "a NULL context has no in-place outputs": gs_ctx_output_in_place(null(), 0) => returns 0, "'ctx'";
         "an error set on a NULL context": gs_ctx_set_error(null_mut(), c"lost".as_ptr()) => returns (), "'ctx'";
         "a NULL context has no run data": gs_ctx_user_data(null()).is_null() => returns true, "'ctx'";
+        "a parallel loop needs a context":
+            gs_ctx_parallel_for(null_mut(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'ctx'";
         "a NULL context has no pool": gs_ctx_pool(null()).is_null() => returns true, "'ctx'";
         "a context that is not a running kernel's has no executor":
             gs_ctx_executor(fake as *const gs_kernel_ctx).is_null() => returns true, "not the context of a running kernel";

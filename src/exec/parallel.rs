@@ -1,0 +1,144 @@
+//! Intra-op parallelism: a kernel splits a range into chunks that the executor's threads run
+//! beside other ready nodes, the kernel's own thread taking part.
+//!
+//! The model: `KernelCtx::parallel_for(range, grain, f)` cuts `range` into chunks of about
+//! `grain` items and queues one helper task per other thread of the executor, in the most
+//! urgent band. Every participant, the caller first, claims chunks one at a time from a shared
+//! counter and runs `f` on them until none is left; the caller then waits for the chunks other
+//! threads are still running. No thread is created per call.
+//!
+//! Why it cannot deadlock, even with every thread inside such a kernel: the caller never waits
+//! for a chunk nobody has claimed, since it claims every unclaimed chunk itself; it waits only
+//! for chunks being run, on live threads, which finish. A helper task that starts after the last
+//! chunk was claimed finds nothing and returns. Why `f`, a borrow of the caller's stack, is never
+//! called after `parallel_for` returns: a chunk is run only by the thread that claimed it, and
+//! the caller returns only once every claimed chunk is done. The job itself lives in an `Arc`
+//! that each queued helper task holds, so a late helper reads live memory.
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::kernel::KernelCtx;
+
+/// The body of a parallel loop, as the caller lent it.
+type Body<'a> = dyn Fn(Range<usize>) + Sync + 'a;
+
+/// One `parallel_for` call, shared by its participants.
+pub(super) struct Job {
+    /// The caller's body, lifetime erased: called only for claimed chunks, all done before the
+    /// caller returns (module docs).
+    body: *const Body<'static>,
+    start: usize,
+    end: usize,
+    grain: usize,
+    chunks: usize,
+    /// Next chunk to claim. Relaxed: claiming publishes nothing.
+    next: AtomicUsize,
+    /// Chunks finished. Release by each finisher, Acquire by the waiting caller: the caller sees
+    /// every write the chunks made.
+    done: AtomicUsize,
+    panicked: AtomicBool,
+}
+
+// SAFETY: `body` is `Sync` (the bound of `Body`) and called from several threads at once by
+// design; everything else is atomic or immutable.
+unsafe impl Send for Job {}
+// SAFETY: as above.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Runs chunks until none is left to claim.
+    pub(super) fn help(&self) {
+        loop {
+            let chunk = self.next.fetch_add(1, Ordering::Relaxed);
+            if chunk >= self.chunks {
+                return;
+            }
+            let from = self.start + chunk * self.grain;
+            let to = (from + self.grain).min(self.end);
+            // SAFETY: this thread claimed `chunk`, so the caller is still waiting for it and
+            // its body is alive (module docs).
+            let body = unsafe { &*self.body };
+            if catch_unwind(AssertUnwindSafe(|| body(from..to))).is_err() {
+                self.panicked.store(true, Ordering::Relaxed);
+            }
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// What a parallel loop needs of its run: the executor, if any. `Copy` and `Sync`, so that a
+/// chunk (on any thread) can start a loop of its own, which a kernel's context cannot.
+#[derive(Clone, Copy)]
+pub struct Parallel<'a> {
+    executor: Option<&'a super::Executor>,
+}
+
+impl KernelCtx<'_> {
+    /// Runs `body` over `range` in chunks of `grain` items (at least 1), on this thread and on
+    /// the run's executor's other threads as they come free; without an executor, here, in
+    /// order. Returns once every chunk has run. A panic in `body` is reported as an error (the
+    /// remaining chunks still run). For a loop inside a chunk, use [`KernelCtx::parallel`].
+    pub fn parallel_for(
+        &self,
+        range: Range<usize>,
+        grain: usize,
+        body: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<(), String> {
+        self.parallel().for_each(range, grain, body)
+    }
+
+    /// A handle for parallel loops that chunks, on any thread, may use too.
+    pub fn parallel(&self) -> Parallel<'_> {
+        Parallel {
+            executor: self.executor(),
+        }
+    }
+}
+
+impl Parallel<'_> {
+    /// [`KernelCtx::parallel_for`], from the kernel's thread or from inside a chunk.
+    pub fn for_each(
+        &self,
+        range: Range<usize>,
+        grain: usize,
+        body: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<(), String> {
+        let grain = grain.max(1);
+        let len = range.end.saturating_sub(range.start);
+        let chunks = len.div_ceil(grain);
+        let executor = self.executor.filter(|e| e.threads() > 1 && chunks > 1);
+        // SAFETY: only the lifetime is erased; `body` outlives every call of it (module docs).
+        let body: *const Body<'static> = unsafe { std::mem::transmute::<&Body<'_>, *const Body<'static>>(body) };
+        let job = Arc::new(Job {
+            body,
+            start: range.start,
+            end: range.end,
+            grain,
+            chunks,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+        });
+        if let Some(executor) = executor {
+            executor.push_job(&job, (executor.threads() - 1).min(chunks - 1));
+        }
+        job.help();
+        let mut spins = 0u32;
+        while job.done.load(Ordering::Acquire) < chunks {
+            // Only chunks other threads are running remain: they end soon.
+            spins += 1;
+            if spins < 1 << 10 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        match job.panicked.load(Ordering::Relaxed) {
+            true => Err("a chunk of its parallel loop panicked".into()),
+            false => Ok(()),
+        }
+    }
+}
