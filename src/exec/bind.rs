@@ -13,7 +13,8 @@ use crate::tensor::ALIGNMENT;
 /// `Graph::dynamic_inputs` (the first binding of an input counts; `bind` reports a second).
 pub(super) fn dynamic_sizes(g: &Graph, bindings: &[InputBinding<'_>]) -> Result<Vec<usize>> {
     g.dynamic_inputs()
-        .map(|node| match bindings.iter().find(|b| b.value().node == node) {
+        .iter()
+        .map(|&node| match bindings.iter().find(|b| b.value().node == node) {
             Some(b) => Ok(b.tensor().nbytes),
             None => err(
                 ErrorKind::InputBinding,

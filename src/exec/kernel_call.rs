@@ -332,7 +332,7 @@ impl RunState<'_> {
             }
             if let Some(t) = &self.trace {
                 scratch.busy_ns += ns;
-                let begin = start.duration_since(t.start).as_nanos() as u64;
+                let begin = start.duration_since(self.started).as_nanos() as u64;
                 let event = NodeEvent {
                     node,
                     thread: scratch.thread,

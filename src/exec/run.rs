@@ -361,7 +361,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             policy: options.policy,
             parallel: options.executor.is_some(),
             threads,
-            trace: options.trace.then_some(start),
+            trace: options.trace,
             plan,
             cancel: options.cancel,
             deadline: options.deadline,

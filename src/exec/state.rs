@@ -41,9 +41,8 @@ use crate::sched::{Admission, Policy, Priorities};
 use crate::tensor::Tensor;
 use crate::trace::NodeEvent;
 
-/// What a traced run records.
+/// What a traced run records (times count from `RunState::started`).
 pub(super) struct Tracer {
-    pub(super) start: Instant,
     pub(super) events: Mutex<Vec<NodeEvent>>,
 }
 
@@ -59,8 +58,8 @@ pub(super) struct StateOptions<'r> {
     pub parallel: bool,
     /// Threads that may execute the run's nodes, its caller included.
     pub threads: usize,
-    /// Record every node's execution (times every kernel); the run's start.
-    pub trace: Option<Instant>,
+    /// Record every node's execution (times every kernel).
+    pub trace: bool,
     /// Place statically sized values at this plan's offsets.
     pub plan: Option<&'r Plan>,
     pub cancel: Option<&'r CancelToken>,
@@ -236,8 +235,7 @@ impl<'r> RunState<'r> {
             deadline,
             arena: Buffer::NONE,
             learn,
-            trace: trace.map(|start| Tracer {
-                start,
+            trace: trace.then(|| Tracer {
                 events: Mutex::new(Vec::new()),
             }),
             busy_ns: AtomicU64::new(0),

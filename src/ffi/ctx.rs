@@ -247,9 +247,23 @@ pub unsafe extern "C" fn gs_ctx_output_in_place(c: *const gs_kernel_ctx, i: u32)
     yes
 }
 
-/// The run's `CRunData`, when the kernel runs in a run started by `gs_run`.
-fn run_data<'a>(x: &'a KernelCtx<'_>) -> Option<&'a CRunData> {
-    x.run_data().and_then(|d| d.downcast_ref::<CRunData>())
+/// One pointer of the run's `CRunData` (NULL when the kernel runs in a run not started by
+/// `gs_run`, or for a bad context).
+///
+/// # Safety
+/// As for the `gs_ctx_*` calls: `c` is NULL or the running kernel's context, on its thread.
+unsafe fn run_pointer<T>(c: *const gs_kernel_ctx, pick: fn(&CRunData) -> *mut T) -> *mut T {
+    let mut out = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: `c` comes from the kernel's arguments (the caller's contract).
+        let x = unsafe { ctx(c) }?;
+        out = x
+            .run_data()
+            .and_then(|d| d.downcast_ref::<CRunData>())
+            .map_or(std::ptr::null_mut(), pick);
+        Ok(())
+    });
+    out
 }
 
 /// The `user_data` of the run's `gs_run_options`; NULL if it had none, or for a bad context.
@@ -261,13 +275,8 @@ fn run_data<'a>(x: &'a KernelCtx<'_>) -> Option<&'a CRunData> {
 /// returns.
 #[no_mangle]
 pub unsafe extern "C" fn gs_ctx_user_data(c: *const gs_kernel_ctx) -> *mut c_void {
-    let mut data = std::ptr::null_mut();
-    guard(|| {
-        // SAFETY: `c` comes from the kernel's arguments (C contract).
-        data = run_data(unsafe { ctx(c) }?).map_or(std::ptr::null_mut(), |d| d.user_data);
-        Ok(())
-    });
-    data
+    // SAFETY: the same contract, passed on.
+    unsafe { run_pointer(c, |d| d.user_data) }
 }
 
 /// The pool the run was started with: a kernel may run a nested graph with it (`gs_run` from
@@ -281,13 +290,8 @@ pub unsafe extern "C" fn gs_ctx_user_data(c: *const gs_kernel_ctx) -> *mut c_voi
 /// returns.
 #[no_mangle]
 pub unsafe extern "C" fn gs_ctx_pool(c: *const gs_kernel_ctx) -> *mut gs_pool {
-    let mut pool = std::ptr::null_mut();
-    guard(|| {
-        // SAFETY: `c` comes from the kernel's arguments (C contract).
-        pool = run_data(unsafe { ctx(c) }?).map_or(std::ptr::null_mut(), |d| d.pool);
-        Ok(())
-    });
-    pool
+    // SAFETY: the same contract, passed on.
+    unsafe { run_pointer(c, |d| d.pool) }
 }
 
 /// The executor running this node; NULL if the run has none (or for a bad context). A nested
@@ -302,13 +306,8 @@ pub unsafe extern "C" fn gs_ctx_pool(c: *const gs_kernel_ctx) -> *mut gs_pool {
 /// returns.
 #[no_mangle]
 pub unsafe extern "C" fn gs_ctx_executor(c: *const gs_kernel_ctx) -> *mut gs_executor {
-    let mut executor = std::ptr::null_mut();
-    guard(|| {
-        // SAFETY: `c` comes from the kernel's arguments (C contract).
-        executor = run_data(unsafe { ctx(c) }?).map_or(std::ptr::null_mut(), |d| d.executor);
-        Ok(())
-    });
-    executor
+    // SAFETY: the same contract, passed on.
+    unsafe { run_pointer(c, |d| d.executor) }
 }
 
 /// The body of a parallel loop: runs items `begin..end` (end excluded) with the `user` pointer

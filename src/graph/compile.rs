@@ -8,7 +8,7 @@ use super::builder::GraphBuilder;
 use super::compiled::{Graph, GraphInfo, NEXT_GRAPH_ID};
 use super::nodes::NodeTable;
 use super::order::{shorten, topological_order};
-use super::ValueRef;
+use super::{OutputSize, ValueRef};
 use crate::error::{err, ErrorKind, Result};
 
 pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
@@ -119,6 +119,11 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
     let graph_inputs: Vec<u32> = (0..n as u32)
         .filter(|&i| b.nodes.kernels[i as usize].is_none())
         .collect();
+    let dynamic_inputs: Vec<u32> = graph_inputs
+        .iter()
+        .copied()
+        .filter(|&i| b.nodes.value_sizes[b.nodes.value_start[i as usize] as usize] == OutputSize::Dynamic)
+        .collect();
     let info = GraphInfo {
         num_nodes: n as u64,
         num_inputs: graph_inputs.len() as u64,
@@ -151,6 +156,7 @@ pub(super) fn compile(b: &mut GraphBuilder) -> Result<Graph> {
         annexes: [OnceLock::new(), OnceLock::new()],
         lowest_live_order: OnceLock::new(),
         specializations: Default::default(),
+        dynamic_inputs,
     })
 }
 

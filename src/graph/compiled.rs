@@ -83,6 +83,8 @@ pub struct Graph {
     pub(super) lowest_live_order: OnceLock<super::memory::LiveOrder>,
     /// For a graph with inputs of dynamic size: the graphs made for input sizes seen so far.
     pub(super) specializations: super::specialize::Specializations,
+    /// Graph inputs of dynamic size, in node-id order.
+    pub(super) dynamic_inputs: Vec<u32>,
 }
 
 impl std::fmt::Debug for Graph {

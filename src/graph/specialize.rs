@@ -33,17 +33,15 @@ type Specialized = (Box<[usize]>, Arc<Graph>);
 pub(super) struct Specializations(Mutex<VecDeque<Specialized>>);
 
 impl Graph {
-    /// The graph inputs whose size each run's binding gives, in node-id order.
-    pub fn dynamic_inputs(&self) -> impl Iterator<Item = u32> + '_ {
-        self.graph_inputs
-            .iter()
-            .copied()
-            .filter(|&n| self.nodes.value_sizes[self.nodes.value_start[n as usize] as usize] == OutputSize::Dynamic)
+    /// The graph inputs whose size each run's binding gives, in node-id order (found once, by
+    /// `finalize`).
+    pub fn dynamic_inputs(&self) -> &[u32] {
+        &self.dynamic_inputs
     }
 
     /// Whether some graph input has a dynamic size: runs then use [`Graph::specialize`].
     pub fn has_dynamic_inputs(&self) -> bool {
-        self.dynamic_inputs().next().is_some()
+        !self.dynamic_inputs.is_empty()
     }
 
     /// The graph for these input sizes, one per [`dynamic input`](Graph::dynamic_inputs) in
@@ -53,7 +51,7 @@ impl Graph {
     /// [`ErrorKind::KernelPanicked`] when it panics and [`ErrorKind::SizeOverflow`] when it gives
     /// too many bytes, naming the node.
     pub fn specialize(&self, sizes: &[usize]) -> Result<Arc<Graph>> {
-        let inputs: Vec<u32> = self.dynamic_inputs().collect();
+        let inputs = self.dynamic_inputs();
         if sizes.len() != inputs.len() {
             return err(
                 ErrorKind::InputBinding,
@@ -89,7 +87,7 @@ impl Graph {
         }
         // Size functions are the caller's code: they run without the lock, so that runs with
         // other sizes go on meanwhile (and a size function may run this graph).
-        let graph = Arc::new(self.with_sizes(self.propagate(&inputs, sizes)?));
+        let graph = Arc::new(self.with_sizes(self.propagate(inputs, sizes)?));
         let mut cache = lock();
         if let Some(g) = hit(&mut cache) {
             return Ok(g); // another run made it meanwhile
@@ -201,6 +199,7 @@ impl Graph {
             annexes: [OnceLock::new(), OnceLock::new()],
             lowest_live_order: OnceLock::new(),
             specializations: Specializations::default(),
+            dynamic_inputs: Vec::new(),
         }
     }
 }

@@ -9,7 +9,7 @@ use graphsched_workloads::svg::{demo_svg, Curve};
 use serde_json::json;
 
 use crate::args::DemoArgs;
-use crate::format::{mb, ms, ratio, to_json, wrap, Table};
+use crate::format::{mb, ms, plural, ratio, to_json, wrap, Table};
 use crate::measure::{measured_run, minor_faults, write_trace, Knobs, Progress, Row};
 use crate::workload::{physical_memory, Bounds, Workload};
 use crate::DEMO_SCALE;
@@ -127,7 +127,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
         "gsched demo: the seed pipeline (seed {}, scale {}), {threads} thread{} for fifo and critical\n",
         args.seed,
         workload.scale.unwrap_or(1.0),
-        if threads == 1 { "" } else { "s" }
+        plural(threads)
     );
     out += &format!("workload: {}\n", workload.figures());
     out += &bounds.lines(threads as u64);
@@ -149,7 +149,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
              planned: every static value at its offset in one arena, planned for the schedule on \
              {threads} thread{0} (its ordering constraints keep any real order safe). / bound: wall over the {threads}-thread makespan bound; / max live: reserved over the \
              max-live bound.{}",
-            if threads == 1 { "" } else { "s" },
+            plural(threads),
             mb(bounds.max_live_lb_bytes),
             match &args.trace {
                 Some(path) => format!(" Trace of the critical run: {}.", path.display()),

@@ -110,3 +110,12 @@ impl Table {
         out
     }
 }
+
+/// "s" unless `n` is 1: `format!("{n} thread{}", plural(n))`.
+pub(crate) fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use crate::args::InfoArgs;
-use crate::format::{mb, ms, to_json, wrap, Table};
+use crate::format::{mb, ms, plural, to_json, wrap, Table};
 use crate::workload::Workload;
 use crate::FULL_SCALE;
 
@@ -48,17 +48,13 @@ pub(crate) fn info_command(args: InfoArgs) -> Result<String, String> {
         format!(
             "operators; plus {} graph input{}",
             info.num_inputs,
-            if info.num_inputs == 1 { "" } else { "s" }
+            plural(info.num_inputs as usize)
         ),
     ]);
     t.push(vec![
         "values".into(),
         info.num_values.to_string(),
-        format!(
-            "{} graph output{}",
-            info.num_outputs,
-            if info.num_outputs == 1 { "" } else { "s" }
-        ),
+        format!("{} graph output{}", info.num_outputs, plural(info.num_outputs as usize)),
     ]);
     t.push(vec![
         "edges".into(),

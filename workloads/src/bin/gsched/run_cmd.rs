@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::args::RunArgs;
 use crate::demo::{row_cells, row_table};
-use crate::format::{mb, to_json, wrap};
+use crate::format::{mb, plural, to_json, wrap};
 use crate::measure::{measured_run, write_trace, Knobs, Progress, Row};
 use crate::workload::{Bounds, Workload};
 use crate::DEMO_SCALE;
@@ -85,17 +85,13 @@ pub(crate) fn run_command(args: RunArgs) -> Result<String, String> {
         if args.sequential {
             "calling thread alone, file order".to_string()
         } else {
-            format!(
-                "{threads} thread{}, {}",
-                if threads == 1 { "" } else { "s" },
-                args.policy.describe()
-            )
+            format!("{threads} thread{}, {}", plural(threads), args.policy.describe())
         },
         match args.memory_limit {
             0 => String::new(),
             limit => format!(", memory limit {} MB", mb(limit)),
         },
-        if runs == 1 { "" } else { "s" }
+        plural(runs)
     );
     out += &format!("workload: {}\n", workload.figures());
     out += &bounds.lines(threads as u64);

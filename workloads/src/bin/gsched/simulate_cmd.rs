@@ -4,7 +4,7 @@ use graphsched::sim::{simulate, SimOptions};
 use serde_json::json;
 
 use crate::args::SimulateArgs;
-use crate::format::{mb, ms, ratio, to_json, Table};
+use crate::format::{mb, ms, plural, ratio, to_json, Table};
 use crate::workload::{bound_term, Workload};
 use crate::FULL_SCALE;
 
@@ -45,7 +45,7 @@ pub(crate) fn simulate_command(args: SimulateArgs) -> Result<String, String> {
     let mut out = format!(
         "gsched simulate: {}, {threads} thread{}, {}{}\n",
         workload.name(),
-        if threads == 1 { "" } else { "s" },
+        plural(threads),
         args.policy.describe(),
         match args.memory_limit {
             0 => String::new(),

@@ -9,7 +9,7 @@ use graphsched_workloads::tune::{sweep, Sweep, KNEE_TOLERANCE};
 use serde_json::json;
 
 use crate::args::{PolicyArg, TuneArgs};
-use crate::format::{mb, ms, to_json, wrap, Table};
+use crate::format::{mb, ms, plural, to_json, wrap, Table};
 use crate::measure::{measured_run, Knobs, Progress};
 use crate::run_cmd::median;
 use crate::workload::{Bounds, Workload};
@@ -199,12 +199,4 @@ fn limits_text(sweep: &Sweep, max_live: u64) -> String {
         .map(|&l| format!("{:.2}x", l as f64 / max_live.max(1) as f64))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }

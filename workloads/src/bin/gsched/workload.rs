@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::args::WorkloadArgs;
-use crate::format::{mb, ms};
+use crate::format::{mb, ms, plural};
 
 /// A graph file or the seed pipeline, with what describes it.
 pub(crate) struct Workload {
@@ -152,7 +152,7 @@ impl Bounds {
             ms(self.critical_path_ns),
             ms(self.work_ns),
             ms(self.makespan_lb_ns),
-            if threads == 1 { "" } else { "s" },
+            plural(threads as usize),
             self.makespan_bound_term,
             mb(self.max_live_lb_bytes)
         )
