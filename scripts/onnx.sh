@@ -3,12 +3,13 @@
 # by side with ONNX Runtime (onnx/README.md tells how it works).
 #
 #   scripts/onnx.sh MODEL [--input-shape 1x3x640x640] [--threads N] [--json] [--check]
-#                         [--runs R] [--rounds K]
+#                         [--runs R] [--rounds K] [--call-cost]
 #   scripts/onnx.sh --self-test
 #
 # MODEL is an .onnx file, or `det` / `cls`: PP-OCRv4's text detector and the PP-OCR mobile
 # direction classifier, as the PyPI package rapidocr-onnxruntime 1.4.4 ships them.
 # --check only compares the outputs, bit for bit, in every memory mode (exit 1 if they differ).
+# --call-cost only times each node's session alone (--runs calls each) against the whole model.
 # --self-test (run by scripts/test.sh): the classifier's --check, then onnx/test_prepare.py.
 #
 # On a fresh machine it makes a virtual environment with onnxruntime and onnx, fetches the model
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --input-shape) [ $# -ge 2 ] || usage; shape=$2; shift 2 ;;
         --threads|--runs|--rounds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
-        --json|--check) args+=("$1"); shift ;;
+        --json|--check|--call-cost) args+=("$1"); shift ;;
         *) echo "onnx.sh: unknown argument $1" >&2; usage ;;
     esac
 done

@@ -187,7 +187,7 @@ fn node_type(op: &str, name: &str) -> String {
 
 /// The values a node reads from other nodes, once each, in the node's order: what its
 /// single-node model takes as inputs (weights live inside it; absent optional inputs are "").
-fn distinct_reads(node: &crate::manifest::NodeInfo, tensors: &HashMap<&str, &TensorInfo>) -> Vec<String> {
+pub(crate) fn distinct_reads(node: &crate::manifest::NodeInfo, tensors: &HashMap<&str, &TensorInfo>) -> Vec<String> {
     let mut read: Vec<String> = Vec::new();
     for name in &node.inputs {
         if !name.is_empty() && tensors.contains_key(name.as_str()) && !read.contains(name) {

@@ -3,6 +3,7 @@
 //!
 //! `scripts/onnx.sh` sets up Python, prepares the model and calls this program; run that.
 
+mod call_cost;
 mod check;
 mod graph;
 mod kernel;
@@ -44,6 +45,10 @@ struct Args {
     /// memory mode at 1 thread and at --threads; exit 1 if not.
     #[arg(long)]
     check: bool,
+    /// Only time each node's session called alone (--runs calls each; default 10) against the
+    /// whole model in one session: the fixed cost of a call.
+    #[arg(long)]
+    call_cost: bool,
     /// Internal: measure one configuration in this process and print its row as JSON.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -62,6 +67,9 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), String> {
     let manifest = Manifest::load(&args.dir)?;
+    if args.call_cost {
+        return call_cost::call_cost(&manifest, &args.ort_library, args.runs);
+    }
     let threads: Vec<usize> = if args.threads > 1 {
         vec![1, args.threads]
     } else {

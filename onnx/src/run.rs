@@ -42,7 +42,7 @@ impl Aligned {
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
 
-    fn ptr(&mut self) -> *mut c_void {
+    pub(crate) fn ptr(&mut self) -> *mut c_void {
         self.words.as_mut_ptr().cast()
     }
 }
