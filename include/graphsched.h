@@ -199,6 +199,10 @@ typedef int32_t gs_status;
 // Stops the runs it is given to (`gs_run_options.cancel`) when cancelled from any thread.
 typedef struct gs_cancel_token gs_cancel_token;
 
+// The right to end a node whose kernel deferred its end (`gs_ctx_defer`); `gs_complete`
+// consumes it.
+typedef struct gs_completion gs_completion;
+
 // Worker threads that runs use through `gs_run_options.executor`; one executor serves many
 // concurrent runs.
 typedef struct gs_executor gs_executor;
@@ -422,7 +426,9 @@ typedef struct gs_run_options {
   // Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
   // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
   uint64_t memory_limit_bytes;
-  // Most nodes of the run executing at once; 0: as many as the executor has threads.
+  // Most nodes of the run in flight at once: executing, or pending (deferred by their kernels,
+  // `gs_ctx_defer`, and not completed yet); 0: no cap but the executor's threads, and none on
+  // pending nodes.
   uint32_t window;
   // `GS_POLICY_*`.
   uint32_t policy;
@@ -545,6 +551,37 @@ int32_t gs_cancel_token_cancel(const struct gs_cancel_token *token);
 // # Safety
 // No other thread frees `token` during this call.
 int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
+
+// Defers the end of the running node: the kernel starts its work elsewhere (a device, an I/O
+// request, another thread), returns `GS_OK`, and the work calls `gs_complete(*out, ...)` when
+// it is done, from any thread. Until then the node is pending: its inputs stay alive, its
+// outputs stay allocated for the work to write, and the kernel's thread runs other nodes
+// (without an executor the run waits at the node). A pending node keeps its place in the run's
+// window (`gs_run_options.window` bounds nodes running or pending). A run that is cancelled,
+// passes its deadline or fails while nodes are pending waits for their completions before it
+// returns its buffers and its status: every `gs_completion` must be completed. Everything else
+// is settled when the kernel returns: dynamic outputs allocated, descriptors set. A kernel that
+// returns an error after deferring fails the run, which still waits for the completion. At
+// most once per kernel call.
+//
+// Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns; `out` is writable.
+gs_status gs_ctx_defer(struct gs_kernel_ctx *c, struct gs_completion **out);
+
+// Ends a node whose kernel deferred its end, and frees `completion`. `status` is `GS_OK` if
+// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, naming the
+// node, `status` and `message` (which may be NULL). The node's outputs must hold their final
+// contents before this is called. The call only queues the node's end: it runs no kernel.
+//
+// Thread-safe: any thread; each completion once (a second call is `GS_ERR_INVALID_HANDLE`).
+//
+// # Safety
+// `completion` is NULL or a handle `gs_ctx_defer` made; `message` is NULL or a
+// NUL-terminated string.
+gs_status gs_complete(struct gs_completion *completion, int32_t status, const char *message);
 
 // Number of inputs of the running node; 0 for a bad context.
 //

@@ -84,6 +84,9 @@ pub struct KernelCtx<'a> {
     /// The run's context (`exec::context`), type-erased since this layer sits below the run;
     /// null when there is none.
     pub(crate) run: *const (),
+    /// Set when the kernel deferred its node's end (`KernelCtx::defer`, `exec/pending.rs`):
+    /// the run's record of the pending node, type-erased for the same reason.
+    pub(crate) deferred: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl KernelCtx<'_> {

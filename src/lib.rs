@@ -54,7 +54,8 @@ pub mod trace;
 
 pub use error::{Error, ErrorKind, Result};
 pub use exec::{
-    run, CancelToken, Executor, InputBinding, NodeEvent, NodeObservation, Observer, RunOptions, RunResult, RunStats,
+    run, CancelToken, Completion, Executor, InputBinding, NodeEvent, NodeObservation, Observer, Parallel, RunOptions,
+    RunResult, RunStats,
 };
 pub use graph::{Graph, GraphBuilder, GraphInfo, NodeDesc, OutputSize, ValueRef};
 pub use kernel::{Kernel, KernelCtx};

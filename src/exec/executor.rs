@@ -25,6 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::padded::CachePadded;
 use super::parallel::Job;
+use super::pending::PendingNode;
 use super::queues::{Local, Queues};
 use super::scratch::Scratch;
 use super::state::{panic_text, RunState};
@@ -35,7 +36,8 @@ const SPIN: Duration = Duration::from_micros(50);
 
 /// A node of a run, queued; or, with `node == JOB`, a helper of a parallel loop, whose `run` is
 /// then an `Arc<Job>` turned into a raw pointer (`Shared::push_job`), which running the task
-/// takes back.
+/// takes back; or, with `node == END`, the end of a pending node whose completion came, whose
+/// `run` is then an `Arc<PendingNode>` (`Shared::push_finish`).
 #[derive(Clone, Copy)]
 pub(super) struct Task {
     run: *const RunState<'static>,
@@ -51,6 +53,9 @@ enum Chain {
     Done,
     /// The window was full: the task waits in the window's deferred list, still counted.
     Deferred,
+    /// A kernel deferred its node's end (`pending.rs`): the node keeps the task's place in
+    /// `active` and in the window until the task that ends it (`END`) runs.
+    Pending,
 }
 
 // SAFETY: a task points at a run that outlives it: the run's caller waits until the run's
@@ -58,8 +63,10 @@ enum Chain {
 // task owns a strong count of its `Arc<Job>`, which is `Send + Sync`.
 unsafe impl Send for Task {}
 
-/// The `node` of a job task: no node has this id (graphs have fewer than `u32::MAX` nodes).
+/// The `node` of a job task: no node has this id (graphs have fewer than `u32::MAX - 1` nodes).
 const JOB: u32 = u32::MAX;
+/// The `node` of a task that ends a pending node.
+const END: u32 = u32::MAX - 1;
 
 /// A pool of worker threads; one executor serves many runs, concurrently.
 pub struct Executor {
@@ -140,6 +147,10 @@ impl Executor {
         self.shared.threads
     }
 
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Queues `helpers` tasks that each help `job` (`parallel.rs`), ahead of every node.
     pub(super) fn push_job(&self, job: &Arc<Job>, helpers: usize) {
         for _ in 0..helpers {
@@ -210,6 +221,22 @@ impl Drop for Executor {
 }
 
 impl Shared {
+    /// Queues the task that ends `pending`, whose completion came (`pending.rs`), in `band`. It
+    /// takes over the node's place in its run's `active` count: nothing is added.
+    pub(super) fn push_finish(&self, pending: Arc<PendingNode>, band: usize) {
+        let run = Arc::into_raw(pending).cast::<RunState<'static>>();
+        self.queues.push(
+            band,
+            Task {
+                run,
+                node: END,
+                reserved: true,
+            },
+            None,
+        );
+        self.sleep.notify(1);
+    }
+
     fn worker_main(&self, index: usize, deques: Vec<Worker<Task>>) {
         super::scratch::TRACK.with(|t| t.set(index as u32 + 1));
         let mut scratch = Scratch::default();
@@ -297,7 +324,21 @@ impl Shared {
             job.help();
             return;
         }
-        let run = task.run;
+        let (run, first) = match task.node {
+            END => {
+                // SAFETY: an end task carries one strong count of its node (`push_finish`),
+                // taken back here once.
+                let pending = unsafe { Arc::from_raw(task.run.cast::<PendingNode>()) };
+                (pending.run().0, First::End(pending))
+            }
+            node => (
+                task.run,
+                First::Node {
+                    node,
+                    reserved: task.reserved,
+                },
+            ),
+        };
         if own.is_some() {
             // A calling thread: its cache slot is 0 in its own run, it has none in others.
             scratch.slot = (own == Some(run)).then_some(0);
@@ -309,9 +350,12 @@ impl Shared {
         // above 0 for ever. A window place taken and not given back would strand the deferred
         // tasks, so it is given back here.
         let in_window = std::cell::Cell::new(false);
-        let chain = catch_unwind(AssertUnwindSafe(|| self.run_chain(task, local, scratch, &in_window)));
-        if let Ok(Chain::Deferred) = chain {
-            // The deferred task keeps its place in `active`: hand over this task's counts only.
+        let chain = catch_unwind(AssertUnwindSafe(|| {
+            self.run_chain(run, first, local, scratch, &in_window)
+        }));
+        if let Ok(Chain::Deferred | Chain::Pending) = chain {
+            // The deferred task or pending node keeps its place in `active`: hand over this
+            // task's counts only.
             state.flush(scratch);
             return;
         }
@@ -373,41 +417,54 @@ impl Shared {
         }
     }
 
-    /// The body of `run_task`: the task's node, then the continuations it keeps. `in_window`
-    /// tells the caller whether a window place is held, should this panic.
+    /// The body of `run_task`: the task's node (or the end of a pending one), then the
+    /// continuations it keeps. `in_window` tells the caller whether a window place is held,
+    /// should this panic.
     fn run_chain(
         &self,
-        task: Task,
+        run: *const RunState<'static>,
+        first: First,
         local: Option<Local<'_>>,
         scratch: &mut Scratch,
         in_window: &std::cell::Cell<bool>,
     ) -> Chain {
-        let run = task.run;
         // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
         let state = unsafe { &*run };
-        let mut node = task.node;
-        let mut reserved = task.reserved;
+        let (mut node, mut reserved, mut pending) = match first {
+            First::Node { node, reserved } => (node, reserved, None),
+            // A pending node holds its window place (`pending.rs`).
+            First::End(p) => (p.run().1, true, Some(p)),
+        };
         loop {
-            if let Some(window) = &state.window {
-                if !window.enter(node, reserved) {
-                    // Deferred: still counted in `active`, so the run is alive; restarted by the
-                    // next node that leaves the window.
-                    return Chain::Deferred;
-                }
-                in_window.set(true);
-            }
-            // Under a memory limit a node is admitted when it starts, as the simulator does: a
-            // queued node holds no memory. One that does not fit waits for a release.
-            if !reserved && !state.admit(node) {
-                if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
-                    self.restart(run, deferred, local);
-                }
-                in_window.set(false);
-                break;
-            }
             scratch.ready.clear();
             scratch.admitted.clear();
-            state.execute(node, scratch);
+            if let Some(p) = pending.take() {
+                in_window.set(state.window.is_some());
+                state.end_pending(&p, scratch);
+            } else {
+                if let Some(window) = &state.window {
+                    if !window.enter(node, reserved) {
+                        // Deferred: still counted in `active`, so the run is alive; restarted by
+                        // the next node that leaves the window.
+                        return Chain::Deferred;
+                    }
+                    in_window.set(true);
+                }
+                // Under a memory limit a node is admitted when it starts, as the simulator does:
+                // a queued node holds no memory. One that does not fit waits for a release.
+                if !reserved && !state.admit(node) {
+                    if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
+                        self.restart(run, deferred, local);
+                    }
+                    in_window.set(false);
+                    break;
+                }
+                if state.execute(node, scratch).is_some() {
+                    // Pending: its completion queues its end, which gives the window place back.
+                    in_window.set(false);
+                    return Chain::Pending;
+                }
+            }
             if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {
                 self.restart(run, deferred, local);
             }
@@ -434,6 +491,14 @@ impl Shared {
         }
         Chain::Done
     }
+}
+
+/// Where a task's chain starts.
+enum First {
+    /// Executing a node, whose memory may be reserved already.
+    Node { node: u32, reserved: bool },
+    /// Ending a pending node whose completion came.
+    End(Arc<PendingNode>),
 }
 
 /// A number below `n` from a per-thread xorshift generator: cheap, and different per thread.

@@ -6,9 +6,11 @@ use std::ffi::c_void;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
+use super::pending::{Called, PendingNode};
 use super::recycle::Step;
 use super::scratch::Scratch;
 use super::state::{lock, panic_text, RunState};
@@ -131,7 +133,7 @@ impl RunState<'_> {
 
     /// Runs a node's kernel: places its outputs in their slots, calls it, and checks what it
     /// left. On failure every block the node took is back and its output slots are empty.
-    pub(super) fn run_kernel(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Result<()> {
+    pub(super) fn run_kernel(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Result<Option<Arc<PendingNode>>> {
         scratch.taken = None;
         let first = step.first;
         // SAFETY: this thread executes the node whose outputs these are.
@@ -270,8 +272,9 @@ impl RunState<'_> {
         Ok(in_place_output)
     }
 
-    /// Calls the kernel of `node`, whose outputs are in their slots, and checks what it left:
-    /// on success its outputs are values. A plain node has no dynamic output to serve.
+    /// Calls the kernel of `node`, whose outputs are in their slots, and ends the call
+    /// (`conclude`) unless the kernel deferred it and its completion has not come yet: then the
+    /// node is pending, and returned. A plain node has no dynamic output to serve.
     #[allow(clippy::too_many_arguments)]
     fn call_kernel(
         &self,
@@ -281,7 +284,7 @@ impl RunState<'_> {
         scratch: &mut Scratch,
         in_place_output: Option<usize>,
         plain: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<Arc<PendingNode>>> {
         let g = self.graph;
         // The inputs' descriptors where their producers left them: no copy.
         let inputs = &self.inputs[step.inputs()];
@@ -308,6 +311,7 @@ impl RunState<'_> {
             in_place: in_place_output,
             dynamic: dynamic.as_mut().map(|d| d as &mut dyn DynamicOutputs),
             run: (&self.context as *const super::RunContext<'_>).cast(),
+            deferred: None,
         };
         scratch.executed += 1;
         let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
@@ -319,32 +323,9 @@ impl RunState<'_> {
         // Timed after the observer's call, so that what it costs is not the kernel's.
         let start = (sample || self.trace.is_some() || self.observer.is_some()).then(Instant::now);
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
-        let end = start.map(|_| Instant::now());
-        if let (Some(observer), Some(start), Some(end)) = (self.observer, start, end) {
-            let ok = matches!(outcome, Ok(Ok(())));
-            let at = self.observation(node, scratch.thread, start, Some((end, ok)));
-            let _ = catch_unwind(AssertUnwindSafe(|| observer.node_finished(&at)));
-        }
-        if let (Some(start), Some(end)) = (start, end) {
-            let ns = end.duration_since(start).as_nanos() as u64;
-            if sample {
-                g.learn(node, ns);
-            }
-            if let Some(t) = &self.trace {
-                scratch.busy_ns += ns;
-                let begin = start.duration_since(self.started).as_nanos() as u64;
-                let event = NodeEvent {
-                    node,
-                    thread: scratch.thread,
-                    start_ns: begin,
-                    end_ns: begin + ns,
-                    live_bytes: self.live.load(Ordering::Relaxed),
-                    reserved_bytes: self.pool.reserved_bytes(),
-                };
-                lock(&t.events).push(event);
-            }
-        }
+        let returned = start.map(|_| Instant::now());
         let detail = ctx.error.take();
+        let deferred = ctx.deferred.take();
         let (refused, reserved_dynamic, allocated) = match dynamic {
             Some(mut d) => {
                 scratch.acquires += d.acquired;
@@ -356,9 +337,7 @@ impl RunState<'_> {
             // A dynamic output the memory limit refused fails the node, whatever the kernel made
             // of the refusal.
             Ok(_) if refused.is_some() => refused,
-            Ok(Ok(())) => check_outputs(g, node, outputs)
-                .and_then(|_| self.check_red_zones(node, outputs))
-                .err(),
+            Ok(Ok(())) => None,
             Ok(Err(msg)) => {
                 let msg = match detail {
                     Some(d) => format!("{d} ({msg})"),
@@ -378,14 +357,95 @@ impl RunState<'_> {
                 ),
             )),
         };
+        let called = Called {
+            failure,
+            thread: scratch.thread,
+            start,
+            returned,
+            sample,
+            reserved_dynamic,
+            allocated,
+            in_place_output,
+            taken: scratch.taken,
+        };
+        let Some(deferred) = deferred else {
+            self.conclude(node, outputs, called, None, scratch)?;
+            return Ok(None);
+        };
+        let pending = PendingNode::from_ctx(deferred);
+        if !pending.kernel_returned(self, node, called) {
+            return Ok(Some(pending));
+        }
+        // The work completed before the kernel returned: the node ends here.
+        let (called, at, error) = pending.take();
+        self.conclude(node, outputs, called, Some((at, error)), scratch)?;
+        Ok(None)
+    }
+
+    /// Ends a kernel call (`completion`: the time and error of a deferred one's completion):
+    /// tells the observer, learns, traces, and checks what the kernel left. On success the
+    /// node's outputs are values; on failure every block it took is back and its output slots
+    /// are empty.
+    fn conclude(
+        &self,
+        node: u32,
+        outputs: &mut [Slot],
+        called: Called,
+        completion: Option<(Instant, Option<String>)>,
+        scratch: &mut Scratch,
+    ) -> Result<()> {
+        let g = self.graph;
+        let deferred = completion.is_some();
+        // A completion that came before the kernel returned ends the node as the kernel returns.
+        let ended = match (&completion, called.returned) {
+            (Some((at, _)), Some(returned)) => Some(returned.max(*at)),
+            _ => called.returned,
+        };
+        let failure = called.failure.or_else(|| {
+            let (_, error) = completion.clone()?;
+            Some(Error::new(
+                ErrorKind::KernelFailed,
+                format!("node {} failed after deferring: {}", g.node_label(node), error?),
+            ))
+        });
+        if let (Some(observer), Some(start), Some(end)) = (self.observer, called.start, ended) {
+            let at = self.observation(node, called.thread, start, Some((end, failure.is_none())));
+            let _ = catch_unwind(AssertUnwindSafe(|| observer.node_finished(&at)));
+        }
+        if let (Some(start), Some(returned), Some(end)) = (called.start, called.returned, ended) {
+            let ns = end.duration_since(start).as_nanos() as u64;
+            if called.sample {
+                g.learn(node, ns);
+            }
+            if let Some(t) = &self.trace {
+                scratch.busy_ns += returned.duration_since(start).as_nanos() as u64;
+                let since = |t: Instant| t.duration_since(self.started).as_nanos() as u64;
+                let event = NodeEvent {
+                    node,
+                    thread: called.thread,
+                    start_ns: since(start),
+                    end_ns: since(returned),
+                    completed_ns: if deferred { since(end).max(1) } else { 0 },
+                    live_bytes: self.live.load(Ordering::Relaxed),
+                    reserved_bytes: self.pool.reserved_bytes(),
+                };
+                lock(&t.events).push(event);
+            }
+        }
+        let failure = failure.or_else(|| {
+            check_outputs(g, node, outputs)
+                .and_then(|_| self.check_red_zones(node, outputs))
+                .err()
+        });
         if let Some(e) = failure {
             // The slots hold every block the node took, dynamic ones included.
-            self.unplace(outputs, in_place_output);
-            self.sub_live(reserved_dynamic);
+            self.unplace(outputs, called.in_place_output);
+            self.sub_live(called.reserved_dynamic);
             return Err(e);
         }
         // The outputs are values now: their slots hold their descriptors and blocks.
-        if let Some(input) = scratch.taken {
+        scratch.taken = called.taken;
+        if let Some(input) = called.taken {
             // The block now belongs to the output's slot alone: the input's slot keeps only its
             // size (the value's end in `finish_node` counts it), so that nothing, not even the
             // sweep after a panic, gives the block back twice.
@@ -394,9 +454,18 @@ impl RunState<'_> {
         }
         if self.gate.is_none() {
             // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
-            self.add_live(allocated);
+            self.add_live(called.allocated);
         }
         Ok(())
+    }
+
+    /// Ends a pending node's kernel call once its completion came, on the thread that ends it.
+    pub(super) fn conclude_pending(&self, pending: &PendingNode, step: &Step, scratch: &mut Scratch) -> Result<()> {
+        let (_, node) = pending.run();
+        let (called, at, error) = pending.take();
+        // SAFETY: the node's outputs are its own until it ends, which is now, on this thread.
+        let outputs = unsafe { self.output_slots(step.values()) };
+        self.conclude(node, outputs, called, Some((at, error)), scratch)
     }
 }
 

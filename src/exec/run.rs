@@ -91,7 +91,9 @@ pub struct RunOptions<'a> {
     pub executor: Option<&'a Executor>,
     /// Which ready node runs first on an executor (default: [`Policy::BottomLevel`]).
     pub policy: Policy,
-    /// Most nodes of this run executing at once; 0: as many as the executor has threads.
+    /// Most nodes of this run in flight at once: executing, or pending (deferred by their
+    /// kernels, `KernelCtx::defer`, and not completed yet); 0: no cap but the executor's
+    /// threads, and none on pending nodes.
     pub window: usize,
     /// Most bytes this run's values may hold at once; 0: no limit. Nodes whose outputs do not
     /// fit wait for releases; a run that cannot go on fails with `ErrorKind::MemoryLimit`.
@@ -356,7 +358,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         &prio,
         StateOptions {
             memory_limit: options.memory_limit_bytes,
-            window: crate::sched::window_cap(options.window, threads).map(|w| w as u32),
+            window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
             learn: !options.freeze_estimates,
             policy: options.policy,
             parallel: options.executor.is_some(),
@@ -447,7 +449,11 @@ fn in_order(state: &RunState<'_>, order: &[u32]) {
             state.resolve_stall(&mut scratch.ready);
             break;
         }
-        state.execute(node, &mut scratch);
+        if let Some(pending) = state.execute(node, &mut scratch) {
+            // Nothing else runs meanwhile: wait here for the completion, then end the node.
+            pending.wait();
+            state.end_pending(&pending, &mut scratch);
+        }
     }
     state.flush(&mut scratch);
     scratch.keep_for_caller();

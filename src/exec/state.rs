@@ -19,7 +19,7 @@
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::cache::{release, BlockCache};
@@ -27,11 +27,12 @@ use super::context::{Observer, RunContext};
 use super::gate::{Gate, GateInner};
 use super::hints::{Hints, NO_HINT};
 use super::padded::CachePadded;
+use super::pending::PendingNode;
 use super::recycle::{RunArrays, Step};
 use super::run::CancelToken;
 use super::scratch::Scratch;
 use super::window::Window;
-use crate::error::{err, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::kernel::Buffer;
 pub(super) use crate::kernel::Slot;
@@ -410,10 +411,11 @@ impl<'r> RunState<'r> {
     /// Runs one node: outputs from the pool, the kernel, then releases and readiness. Nodes it
     /// makes ready (and admits) are appended to `scratch.ready`, most critical first. A failure
     /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
-    /// would have made ready is started.
-    pub fn execute(&self, node: u32, scratch: &mut Scratch) {
+    /// would have made ready is started. Returns the node if its kernel deferred its end and
+    /// the completion has not come yet (`pending.rs`): `end_pending` ends it later.
+    pub fn execute(&self, node: u32, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.failed() || self.stopped() {
-            return;
+            return None;
         }
         if self.gate.is_none() {
             self.add_live(self.prio.output_bytes[node as usize]);
@@ -422,36 +424,49 @@ impl<'r> RunState<'r> {
         // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
         let step = self.steps[node as usize];
         let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, &step, scratch)));
-        let result = outcome.unwrap_or_else(|panic| {
-            err(
-                ErrorKind::KernelPanicked,
-                format!(
-                    "internal error while running node {}: {}",
-                    self.graph.node_label(node),
-                    panic_text(&*panic)
-                ),
-            )
-        });
+        match outcome.unwrap_or_else(|panic| Err(self.internal_error(node, "while running", &*panic))) {
+            Ok(Some(pending)) => return Some(pending),
+            Ok(None) => self.end_node(node, &step, Ok(()), scratch),
+            Err(e) => self.end_node(node, &step, Err(e), scratch),
+        }
+        None
+    }
+
+    /// Ends a pending node once its completion came, as `execute` ends any other node.
+    pub fn end_pending(&self, pending: &PendingNode, scratch: &mut Scratch) {
+        let (_, node) = pending.run();
+        let step = self.steps[node as usize];
+        let concluded = catch_unwind(AssertUnwindSafe(|| self.conclude_pending(pending, &step, scratch)));
+        let result = concluded.unwrap_or_else(|panic| Err(self.internal_error(node, "while ending", &*panic)));
+        self.end_node(node, &step, result, scratch);
+    }
+
+    fn internal_error(&self, node: u32, when: &str, panic: &(dyn std::any::Any + Send)) -> Error {
+        Error::new(
+            ErrorKind::KernelPanicked,
+            format!(
+                "internal error {when} node {}: {}",
+                self.graph.node_label(node),
+                panic_text(panic)
+            ),
+        )
+    }
+
+    /// After the kernel call ended: on failure, records it; on success, releases and readiness.
+    fn end_node(&self, node: u32, step: &Step, result: Result<()>, scratch: &mut Scratch) {
         if let Err(e) = result {
             // Static reservations of a node that never produced: nothing will release them.
             self.sub_live(self.prio.output_bytes[node as usize]);
             self.fail(e);
             return;
         }
-        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node(node, &step, scratch)));
+        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node(node, step, scratch)));
         if let Err(panic) = finished {
             // The run stops here: what it made ready is dropped (the failure ends the run once
             // the running tasks finish), and whatever its values hold goes back when it drops.
             scratch.ready.clear();
             scratch.admitted.clear();
-            self.fail(Error::new(
-                ErrorKind::KernelPanicked,
-                format!(
-                    "internal error after node {} ran: {}",
-                    self.graph.node_label(node),
-                    panic_text(&*panic)
-                ),
-            ));
+            self.fail(self.internal_error(node, "after", &*panic));
         }
     }
 

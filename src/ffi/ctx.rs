@@ -53,7 +53,7 @@ impl CKernel {
 /// # Safety
 /// A non-NULL `c` is either a context handed to a kernel that is still running, or garbage
 /// that the tag check rejects only if it is readable: kernels must not keep contexts.
-unsafe fn ctx<'a>(c: *const gs_kernel_ctx) -> FfiResult<&'a mut KernelCtx<'static>> {
+pub(super) unsafe fn ctx<'a>(c: *const gs_kernel_ctx) -> FfiResult<&'a mut KernelCtx<'static>> {
     // SAFETY: per the function contract.
     match unsafe { c.as_ref() } {
         None => Err(FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'ctx' is NULL")),

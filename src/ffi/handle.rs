@@ -91,6 +91,23 @@ pub(crate) unsafe fn free_handle_with<T: Handle>(handle: *mut T, arg: &str, disp
     }
 }
 
+/// Unregisters a handle and hands its object back, for calls that consume a handle and report
+/// a status (a second call with it is `GS_ERR_INVALID_HANDLE`).
+///
+/// # Safety
+/// As for [`handle_ref`].
+pub(crate) unsafe fn take_handle<T: Handle>(handle: *mut T, arg: &str) -> FfiResult<Box<T>> {
+    if handle.is_null() {
+        return Err(FfiError::new(GS_ERR_NULL_ARGUMENT, format!("argument '{arg}' is NULL")));
+    }
+    match registry::unregister(handle as usize, T::TAG) {
+        // SAFETY: registered by `into_handle_boxed`, so it came from `Box::into_raw`; the slot is
+        // no longer live, so nobody takes it twice.
+        Some(addr) => Ok(unsafe { Box::from_raw(addr as *mut T) }),
+        None => Err(invalid::<T>(handle, arg)),
+    }
+}
+
 /// A required output argument.
 ///
 /// # Safety

@@ -18,6 +18,7 @@
 // without pointer arguments are safe.
 
 mod cancel;
+mod completion;
 mod ctx;
 mod executor;
 mod graph;
@@ -31,6 +32,7 @@ mod sim;
 mod status;
 
 pub use cancel::*;
+pub use completion::*;
 pub use ctx::*;
 pub use executor::*;
 pub use graph::*;

@@ -87,7 +87,9 @@ pub struct gs_run_options {
     /// Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
     /// not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
     pub memory_limit_bytes: u64,
-    /// Most nodes of the run executing at once; 0: as many as the executor has threads.
+    /// Most nodes of the run in flight at once: executing, or pending (deferred by their kernels,
+    /// `gs_ctx_defer`, and not completed yet); 0: no cap but the executor's threads, and none on
+    /// pending nodes.
     pub window: u32,
     /// `GS_POLICY_*`.
     pub policy: u32,

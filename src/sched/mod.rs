@@ -307,11 +307,12 @@ impl Priorities {
     }
 }
 
-/// The window rule, for runs and simulations alike: a window of `window` nodes in flight caps
-/// a run on `threads` threads only if it is narrower (0: no window). `None`: no cap but the
-/// threads.
-pub fn window_cap(window: usize, threads: usize) -> Option<usize> {
-    (window != 0 && window < threads).then_some(window)
+/// The window rule, for runs and simulations alike: a window of `window` nodes in flight
+/// (running, or pending: deferred by their kernels and not completed yet) caps a run (0: no
+/// window). On `threads` threads, a window of `threads` or more caps only pending nodes, so a
+/// graph whose kernels never defer runs as without one.
+pub fn window_cap(window: usize) -> Option<usize> {
+    (window != 0).then_some(window)
 }
 
 /// One longest path: from the first source on one, each step to the first successor that stays

@@ -128,7 +128,7 @@ pub(crate) fn simulate_with(
     };
     let n = graph.node_count();
     let limit = options.memory_limit_bytes;
-    let cap = crate::sched::window_cap(options.window, options.threads).unwrap_or(options.threads);
+    let cap = crate::sched::window_cap(options.window).map_or(options.threads, |w| w.min(options.threads));
     let value_bytes = |v: u32| match graph.value_size(v) {
         OutputSize::Bytes(b) => b as u64,
         OutputSize::Dynamic => 0,

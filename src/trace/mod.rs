@@ -40,8 +40,12 @@ pub struct NodeEvent {
     pub thread: u32,
     /// Kernel start, in nanoseconds since the run started.
     pub start_ns: u64,
-    /// Kernel end, in nanoseconds since the run started; at least `start_ns`.
+    /// Kernel end, in nanoseconds since the run started; at least `start_ns`. For a node whose
+    /// kernel deferred its end (`KernelCtx::defer`), when the kernel returned.
     pub end_ns: u64,
+    /// When a deferred node's completion came (at least `end_ns`); 0 for a node that ended with
+    /// its kernel.
+    pub completed_ns: u64,
     /// Bytes the run held when the kernel ended: outputs reserved, values not yet released.
     pub live_bytes: u64,
     /// The pool's `reserved_bytes` when the kernel ended (the whole pool, other runs included).
@@ -50,7 +54,9 @@ pub struct NodeEvent {
 
 /// A traced run as Chrome trace-event JSON: one track per thread ("caller", "worker 1", ...),
 /// one slice per node with its name, op type and output bytes, and counter tracks for the run's
-/// live bytes and the pool's reserved bytes.
+/// live bytes and the pool's reserved bytes. A deferred node's kernel is a slice on its thread's
+/// track as any other, and its time pending, from kernel start to completion, a slice of its own
+/// (an async event, category "pending", which viewers draw on a track per node).
 pub fn chrome_trace(graph: &Graph, events: &[NodeEvent]) -> String {
     let mut out = String::from("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
     let mut threads: Vec<u32> = events.iter().map(|e| e.thread).collect();
@@ -93,11 +99,24 @@ pub fn chrome_trace(graph: &Graph, events: &[NodeEvent]) -> String {
             escape(graph.op_type(e.node)),
             bytes
         );
+        if e.completed_ns != 0 {
+            for (phase, ts) in [("b", e.start_ns), ("e", e.completed_ns)] {
+                sep(&mut out);
+                let _ = write!(
+                    out,
+                    "{{\"ph\":\"{phase}\",\"pid\":1,\"tid\":{},\"id\":{},\"name\":\"{}\",\"cat\":\"pending\",\"ts\":{:.3}}}",
+                    e.thread,
+                    e.node,
+                    escape(graph.node_name(e.node)),
+                    ts as f64 / 1000.0
+                );
+            }
+        }
         sep(&mut out);
         let _ = write!(
             out,
             "{{\"ph\":\"C\",\"pid\":1,\"name\":\"memory\",\"ts\":{:.3},\"args\":{{\"live_bytes\":{},\"reserved_bytes\":{}}}}}",
-            e.end_ns as f64 / 1000.0,
+            e.end_ns.max(e.completed_ns) as f64 / 1000.0,
             e.live_bytes,
             e.reserved_bytes
         );

@@ -408,6 +408,7 @@ pub(super) fn cancel_tokens(s: &mut Spec) {
 pub(super) fn kernel_context(s: &mut Spec) {
     let garbage = [0u64; 4];
     let fake = garbage.as_ptr() as *mut gs_kernel_ctx;
+    let mut completion = null_mut();
     spec! { s;
         "a NULL context has no inputs": gs_ctx_num_inputs(null()) => returns 0, "'ctx'";
         "a NULL context has no input 0": gs_ctx_input(null(), 0).is_null() => returns true, "'ctx' is NULL";
@@ -424,6 +425,13 @@ pub(super) fn kernel_context(s: &mut Spec) {
         "a parallel loop needs a context":
             gs_ctx_parallel_for(null_mut(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'ctx'";
         "a NULL context has no pool": gs_ctx_pool(null()).is_null() => returns true, "'ctx'";
+        "only a running kernel defers its node":
+            gs_ctx_defer(fake, &mut completion) => GS_ERR_INVALID_HANDLE, "not the context of a running kernel";
+        "a NULL context defers nothing": gs_ctx_defer(null_mut(), &mut completion) => GS_ERR_NULL_ARGUMENT, "'ctx'";
+        "a NULL completion completes nothing":
+            gs_complete(null_mut(), 0, null()) => GS_ERR_NULL_ARGUMENT, "'completion'";
+        "a completion that is not one":
+            gs_complete(fake as *mut gs_completion, 0, c"done".as_ptr()) => GS_ERR_INVALID_HANDLE, "not a live gs_completion";
         "a context that is not a running kernel's has no executor":
             gs_ctx_executor(fake as *const gs_kernel_ctx).is_null() => returns true, "not the context of a running kernel";
     }
