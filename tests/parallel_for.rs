@@ -145,3 +145,35 @@ fn a_panicking_chunk_fails_its_node_and_the_graph_runs_again() {
     fail.store(0, Ordering::Relaxed);
     graphsched::run(&g, &pool, &options).unwrap();
 }
+
+#[test]
+fn a_run_teaches_the_scheduler_which_nodes_split_their_work() {
+    let mut b = GraphBuilder::new();
+    // Each chunk waits (up to 5 s) until a second thread has run one: the loop goes 2 wide even
+    // on a machine too busy to wake the helper within the loop's own time.
+    let threads = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let spin = move |_: std::ops::Range<usize>| {
+        threads.lock().unwrap().insert(std::thread::current().id());
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while threads.lock().unwrap().len() < 2 && std::time::Instant::now() < until {
+            std::thread::yield_now();
+        }
+    };
+    let split = b
+        .add_node(NodeDesc::new("split", "Split", Box::new(move |ctx| ctx.parallel_for(0..64, 1, &spin))).output(8))
+        .unwrap();
+    let alone = b
+        .add_node(NodeDesc::new("alone", "Alone", Box::new(|_| Ok(()))).output(8))
+        .unwrap();
+    let g = Arc::new(b.finalize().unwrap());
+    let executor = Executor::new(2).unwrap();
+    let options = RunOptions {
+        executor: Some(&executor),
+        ..RunOptions::default()
+    };
+    graphsched::run(&g, &Arc::new(Pool::default()), &options).unwrap();
+    assert_eq!(g.node_kind(split), graphsched::sched::NodeKind::Parallel);
+    assert_eq!(g.node_kind(alone), graphsched::sched::NodeKind::Serial);
+    // Its work is its duration times the two threads its loop ran on.
+    assert_eq!(g.work_ns(split), g.expected_ns(split) * 2);
+}

@@ -283,6 +283,13 @@ fn a_thread_runs_other_nodes_while_a_node_is_pending() {
         "{w:?} {s:?}"
     );
     assert_eq!(s.completed_ns, 0, "signal ended with its kernel");
+    // The run taught the scheduler how each spends its time.
+    assert_eq!(g.node_kind(wait), graphsched::sched::NodeKind::Deferring);
+    assert_eq!(g.node_kind(signal), graphsched::sched::NodeKind::Serial);
+    assert!(
+        g.work_ns(wait) < g.expected_ns(wait),
+        "its thread time is less than its latency"
+    );
     let json = trace::chrome_trace(&g, events);
     assert!(
         json.contains(r#""ph":"b""#) && json.contains(r#""cat":"pending""#),

@@ -18,6 +18,7 @@ use crate::error::{err, Error, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
 use crate::kernel::{Buffer, DynamicOutputs, KernelCtx, Slot};
 use crate::pool::{sanitize, Owner, NEVER};
+use crate::sched::Sample;
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::trace::NodeEvent;
 
@@ -322,8 +323,16 @@ impl RunState<'_> {
         }
         // Timed after the observer's call, so that what it costs is not the kernel's.
         let start = (sample || self.trace.is_some() || self.observer.is_some()).then(Instant::now);
+        if sample {
+            super::parallel::take_loop_width();
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         let returned = start.map(|_| Instant::now());
+        let width = if sample {
+            super::parallel::take_loop_width().max(1)
+        } else {
+            1
+        };
         let detail = ctx.error.take();
         let deferred = ctx.deferred.take();
         let (refused, reserved_dynamic, allocated) = match dynamic {
@@ -363,6 +372,7 @@ impl RunState<'_> {
             start,
             returned,
             sample,
+            width,
             reserved_dynamic,
             allocated,
             in_place_output,
@@ -415,7 +425,14 @@ impl RunState<'_> {
         if let (Some(start), Some(returned), Some(end)) = (called.start, called.returned, ended) {
             let ns = end.duration_since(start).as_nanos() as u64;
             if called.sample {
-                g.learn(node, ns);
+                g.learn_sample(
+                    node,
+                    Sample {
+                        ns,
+                        thread_ns: deferred.then(|| returned.duration_since(start).as_nanos() as u64),
+                        width: called.width,
+                    },
+                );
             }
             if let Some(t) = &self.trace {
                 scratch.busy_ns += returned.duration_since(start).as_nanos() as u64;

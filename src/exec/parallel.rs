@@ -40,6 +40,20 @@ pub(super) struct Job {
     /// every write the chunks made.
     done: AtomicUsize,
     panicked: AtomicBool,
+    /// Threads that ran at least one chunk, the caller included: how wide the loop really
+    /// went, for the learned estimates. Relaxed: a count read once the loop is over.
+    width: AtomicUsize,
+}
+
+thread_local! {
+    /// The widest loop the kernel on this thread ran since `take_loop_width`: what the run
+    /// learns of a parallel node (`sched::Sample::width`).
+    static LOOP_WIDTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The widest loop run on this thread since the last call (0: none), and starts counting anew.
+pub(super) fn take_loop_width() -> u32 {
+    LOOP_WIDTH.with(|w| w.replace(0))
 }
 
 // SAFETY: `body` is `Sync` (the bound of `Body`) and called from several threads at once by
@@ -51,10 +65,14 @@ unsafe impl Sync for Job {}
 impl Job {
     /// Runs chunks until none is left to claim.
     pub(super) fn help(&self) {
+        let mut first = true;
         loop {
             let chunk = self.next.fetch_add(1, Ordering::Relaxed);
             if chunk >= self.chunks {
                 return;
+            }
+            if std::mem::take(&mut first) {
+                self.width.fetch_add(1, Ordering::Relaxed);
             }
             let from = self.start + chunk * self.grain;
             let to = (from + self.grain).min(self.end);
@@ -121,6 +139,7 @@ impl Parallel<'_> {
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
+            width: AtomicUsize::new(0),
         });
         if let Some(executor) = executor {
             executor.push_job(&job, (executor.threads() - 1).min(chunks - 1));
@@ -136,6 +155,8 @@ impl Parallel<'_> {
                 std::thread::yield_now();
             }
         }
+        let width = job.width.load(Ordering::Relaxed) as u32;
+        LOOP_WIDTH.with(|w| w.set(w.get().max(width)));
         match job.panicked.load(Ordering::Relaxed) {
             true => Err("a chunk of its parallel loop panicked".into()),
             false => Ok(()),

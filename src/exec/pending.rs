@@ -34,8 +34,10 @@ pub(super) struct Called {
     pub thread: u32,
     pub start: Option<Instant>,
     pub returned: Option<Instant>,
-    /// Whether the call is sampled for the learned estimates.
+    /// Whether the call is sampled for the learned estimates, and the widest parallel loop it
+    /// ran (1: none).
     pub sample: bool,
+    pub width: u32,
     /// Dynamic output bytes reserved under the memory limit, and allocated.
     pub reserved_dynamic: u64,
     pub allocated: u64,

@@ -95,6 +95,7 @@ pub(super) fn ancestor_and_descendant_work<'a>(
 pub(super) fn makespan_bound(
     threads: usize,
     weight: &[u64],
+    work: &[u64],
     top_level: &[u64],
     bottom_level: &[u64],
     before: &[u64],
@@ -102,7 +103,7 @@ pub(super) fn makespan_bound(
 ) -> MakespanBound {
     let p = threads.max(1) as u64;
     let critical_path_ns = bottom_level.iter().copied().max().unwrap_or(0);
-    let work_ns = weight.iter().copied().fold(0u64, u64::saturating_add);
+    let work_ns = work.iter().copied().fold(0u64, u64::saturating_add);
     let mut best = (critical_path_ns, BoundTerm::CriticalPath);
     if work_ns.div_ceil(p) > best.0 {
         best = (work_ns.div_ceil(p), BoundTerm::Work);
@@ -150,10 +151,10 @@ mod tests {
             (&[0, 0, 0, 30][..], &[30, 30, 30, 0][..])
         );
         let (top, bottom) = ([0, 0, 0, 10], [40, 40, 40, 30]);
-        let b = makespan_bound(2, &weight, &top, &bottom, &before, &after);
+        let b = makespan_bound(2, &weight, &weight, &top, &bottom, &before, &after);
         // Critical path 40, work / 2 = 30; the sink cannot start before 15: 15 + 30 = 45.
         assert_eq!((b.makespan_lb_ns, b.binding), (45, BoundTerm::Before(3)));
-        let plain = makespan_bound(2, &weight, &top, &bottom, &[], &[]);
+        let plain = makespan_bound(2, &weight, &weight, &top, &bottom, &[], &[]);
         assert_eq!((plain.makespan_lb_ns, plain.binding), (40, BoundTerm::CriticalPath));
     }
 }

@@ -55,6 +55,8 @@ impl Priorities {
             .collect();
         Priorities {
             weight: self.weight.clone(),
+            work: self.work.clone(),
+            kind: self.kind.clone(),
             bottom_level: self.bottom_level.clone(),
             top_level: self.top_level.clone(),
             slack: self.slack.clone(),
@@ -73,6 +75,7 @@ impl Priorities {
             succ,
             succ_by_level,
             basis: self.basis.clone(),
+            kinds_basis: self.kinds_basis.clone(),
         }
     }
 }

@@ -44,13 +44,67 @@ struct Learned {
     /// Relaxed: each is a self-contained number and no other memory is published through it;
     /// a lost update between racing runs only delays learning.
     op_ns: Vec<AtomicU64>,
+    /// Per op type, for kernels that split their work (`KernelCtx::parallel_for`): a moving
+    /// average of the threads their loops ran on, in sixteenths (0: never measured in a loop).
+    op_width: Vec<AtomicU64>,
+    /// Per op type, for kernels that defer their end (`KernelCtx::defer`): a moving average of
+    /// the time their kernels spent on a thread before returning (0: never deferred).
+    op_thread_ns: Vec<AtomicU64>,
     /// Priorities for the current estimates, computed on first use and again when they move.
     priorities: Mutex<Option<Arc<Priorities>>>,
+}
+
+/// How a node spends its time, as runs have seen its op type's kernels: before any run, and
+/// unless its kernels split loops or defer, [`Serial`](NodeKind::Serial).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NodeKind {
+    /// On one thread from start to end.
+    #[default]
+    Serial,
+    /// Its kernel splits loops over the executor's threads (`KernelCtx::parallel_for`): its work
+    /// divides among the threads free when it starts.
+    Parallel,
+    /// Its kernel defers its end (`KernelCtx::defer`): it holds a thread only until the kernel
+    /// returns, then stays in flight, off every thread, until its completion.
+    Deferring,
+}
+
+/// One measured kernel call.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// From kernel start to the node's end (its completion, if it deferred).
+    pub ns: u64,
+    /// For a deferred node: how long the kernel held its thread.
+    pub thread_ns: Option<u64>,
+    /// The most threads one of its parallel loops ran on (1: none, or not split).
+    pub width: u32,
+}
+
+impl Default for Sample {
+    fn default() -> Self {
+        Sample {
+            ns: 0,
+            thread_ns: None,
+            width: 1,
+        }
+    }
+}
+
+/// One step of a moving average (weight 1/8); 0 means "nothing yet", so it stays at least 1.
+fn fold(slot: &AtomicU64, x: u64) {
+    let old = slot.load(Ordering::Relaxed);
+    let new = match old {
+        0 => x.max(1),
+        _ => (old - old / 8 + x / 8).max(1),
+    };
+    slot.store(new, Ordering::Relaxed);
 }
 
 fn learned(g: &Graph) -> &Learned {
     g.annex(Annex::Scheduling, || Learned {
         op_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
+        op_width: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
+        op_thread_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         priorities: Mutex::new(None),
     })
 }
@@ -79,16 +133,63 @@ impl Graph {
 
     /// Folds one measured duration of `node` into its op type's moving average (weight 1/8).
     pub fn learn(&self, node: u32, ns: u64) {
-        let Some(slot) = learned(self).op_ns.get(self.op_index(node) as usize) else {
-            return;
-        };
-        let old = slot.load(Ordering::Relaxed);
-        let new = if old == 0 {
-            ns.max(1)
+        self.learn_sample(
+            node,
+            Sample {
+                ns,
+                ..Sample::default()
+            },
+        );
+    }
+
+    /// Folds one measured kernel call of `node` into its op type's moving averages.
+    pub fn learn_sample(&self, node: u32, sample: Sample) {
+        let l = learned(self);
+        let op = self.op_index(node) as usize;
+        let Some(slot) = l.op_ns.get(op) else { return };
+        fold(slot, sample.ns);
+        if sample.width > 1 || l.op_width[op].load(Ordering::Relaxed) != 0 {
+            fold(&l.op_width[op], u64::from(sample.width.max(1)) * 16);
+        }
+        if let Some(thread_ns) = sample.thread_ns {
+            fold(&l.op_thread_ns[op], thread_ns.min(sample.ns));
+        }
+    }
+
+    /// How runs have seen an op type's kernels spend their time.
+    pub fn op_kind(&self, op: u32) -> NodeKind {
+        let l = learned(self);
+        let get = |v: &[AtomicU64]| v.get(op as usize).map_or(0, |a| a.load(Ordering::Relaxed));
+        if get(&l.op_thread_ns) != 0 {
+            NodeKind::Deferring
+        } else if get(&l.op_width) > 16 + 8 {
+            // More than one and a half threads on average: a loop that really splits.
+            NodeKind::Parallel
         } else {
-            (old - old / 8 + ns / 8).max(1)
-        };
-        slot.store(new, Ordering::Relaxed);
+            NodeKind::Serial
+        }
+    }
+
+    /// How `node` spends its time (its op type's [`NodeKind`]); graph inputs are serial.
+    pub fn node_kind(&self, node: u32) -> NodeKind {
+        match self.is_graph_input(node) {
+            true => NodeKind::Serial,
+            false => self.op_kind(self.op_index(node)),
+        }
+    }
+
+    /// The thread time a node costs, all threads together: its expected duration, times the
+    /// threads its loops use for a parallel node, or only the time its kernel keeps a thread
+    /// for a deferring one.
+    pub fn work_ns(&self, node: u32) -> u64 {
+        let ns = self.expected_ns(node);
+        let l = learned(self);
+        let op = self.op_index(node) as usize;
+        match self.node_kind(node) {
+            NodeKind::Serial => ns,
+            NodeKind::Parallel => ns.saturating_mul(l.op_width[op].load(Ordering::Relaxed)) / 16,
+            NodeKind::Deferring => ns.min(l.op_thread_ns[op].load(Ordering::Relaxed)),
+        }
     }
 
     /// The scheduling priorities for the current estimates, recomputed when they have moved.

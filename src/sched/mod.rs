@@ -45,7 +45,7 @@ mod constrained;
 mod estimates;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
-pub use estimates::{DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY, SAMPLE_EVERY_CHEAP};
+pub use estimates::{NodeKind, Sample, DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY, SAMPLE_EVERY_CHEAP};
 
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
@@ -70,6 +70,12 @@ pub enum Policy {
 pub struct Priorities {
     /// Estimated duration of each node (0 for graph inputs).
     pub weight: Vec<u64>,
+    /// Per node: thread time, all threads together ([`Graph::work_ns`]): the weight, but
+    /// times its loops' width for a parallel node, and only its time on a thread for a
+    /// deferring one.
+    pub work: Vec<u64>,
+    /// Per node: how it spends its time ([`Graph::node_kind`]).
+    pub kind: Vec<NodeKind>,
     /// Longest path from the node's start to the end of the graph, the node included.
     pub bottom_level: Vec<u64>,
     /// Longest path into the node: its earliest start on unlimited threads.
@@ -81,7 +87,7 @@ pub struct Priorities {
     pub critical_path_ns: u64,
     /// Operator nodes of one longest path, in execution order.
     pub critical_path: Vec<u32>,
-    /// Sum of all estimates: what one thread takes.
+    /// Sum of every node's work ([`Priorities::work`]): what one thread takes.
     pub total_work_ns: u64,
     /// Position of each node in priority order (critical path first): lower runs first.
     pub rank: Vec<u32>,
@@ -110,6 +116,8 @@ pub struct Priorities {
     succ_by_level: Vec<u32>,
     /// The learned op-type estimates these priorities were computed from.
     basis: Vec<u64>,
+    /// The op types' kinds they were computed from.
+    kinds_basis: Vec<NodeKind>,
 }
 
 impl Priorities {
@@ -118,6 +126,8 @@ impl Priorities {
     pub fn compute(g: &Graph) -> Priorities {
         let n = g.node_count();
         let weight: Vec<u64> = (0..n as u32).map(|v| g.expected_ns(v)).collect();
+        let work: Vec<u64> = (0..n as u32).map(|v| g.work_ns(v)).collect();
+        let kind: Vec<NodeKind> = (0..n as u32).map(|v| g.node_kind(v)).collect();
         let topo = g.topological_order();
         let mut bottom_level = vec![0u64; n];
         for &v in topo.iter().rev() {
@@ -194,8 +204,10 @@ impl Priorities {
             critical_path,
             output_bytes,
             work_around: std::sync::OnceLock::new(),
-            total_work_ns: weight.iter().copied().fold(0, u64::saturating_add),
+            total_work_ns: work.iter().copied().fold(0, u64::saturating_add),
             weight,
+            work,
+            kind,
             bottom_level,
             top_level,
             slack,
@@ -210,6 +222,7 @@ impl Priorities {
             succ,
             succ_by_level,
             basis: (0..g.op_type_count() as u32).map(|op| g.learned_op_ns(op)).collect(),
+            kinds_basis: (0..g.op_type_count() as u32).map(|op| g.op_kind(op)).collect(),
         }
     }
 
@@ -250,15 +263,70 @@ impl Priorities {
     pub fn makespan_bound(&self, threads: usize) -> MakespanBound {
         let (before, after) = self
             .work_around
-            .get_or_init(|| bound::ancestor_and_descendant_work(&self.weight, |v| self.successors(v)));
-        bound::makespan_bound(
-            threads,
-            &self.weight,
-            &self.top_level,
-            &self.bottom_level,
-            before,
-            after,
-        )
+            .get_or_init(|| bound::ancestor_and_descendant_work(&self.work, |v| self.successors(v)));
+        if !self.kind.contains(&NodeKind::Parallel) {
+            return bound::makespan_bound(
+                threads,
+                &self.weight,
+                &self.work,
+                &self.top_level,
+                &self.bottom_level,
+                before,
+                after,
+            );
+        }
+        // A parallel node takes at least its work over all the threads: paths are measured so.
+        let p = threads.max(1) as u64;
+        let path: Vec<u64> = (0..self.weight.len())
+            .map(|v| match self.kind[v] {
+                NodeKind::Parallel => self.work[v].div_ceil(p),
+                _ => self.weight[v],
+            })
+            .collect();
+        let (top, bottom) = self.levels(&path);
+        bound::makespan_bound(threads, &path, &self.work, &top, &bottom, before, after)
+    }
+
+    /// Top and bottom levels under other node durations (`path`), along the graph's edges.
+    fn levels(&self, path: &[u64]) -> (Vec<u64>, Vec<u64>) {
+        let n = path.len();
+        // A topological order (Kahn's), over the successor lists (one entry per input slot).
+        let mut indegree = vec![0u32; n];
+        for v in 0..n as u32 {
+            for &s in self.successors(v) {
+                indegree[s as usize] += 1;
+            }
+        }
+        let mut order: Vec<u32> = (0..n as u32).filter(|&v| indegree[v as usize] == 0).collect();
+        let mut next = 0;
+        while next < order.len() {
+            let v = order[next];
+            next += 1;
+            for &s in self.successors(v) {
+                indegree[s as usize] -= 1;
+                if indegree[s as usize] == 0 {
+                    order.push(s);
+                }
+            }
+        }
+        let mut top = vec![0u64; n];
+        for &v in &order {
+            for &s in self.successors(v) {
+                let t = top[v as usize].saturating_add(path[v as usize]);
+                top[s as usize] = top[s as usize].max(t);
+            }
+        }
+        let mut bottom = vec![0u64; n];
+        for &v in order.iter().rev() {
+            let best = self
+                .successors(v)
+                .iter()
+                .map(|&s| bottom[s as usize])
+                .max()
+                .unwrap_or(0);
+            bottom[v as usize] = path[v as usize].saturating_add(best);
+        }
+        (top, bottom)
     }
 
     /// Consumers of `node`, one per input slot, most urgent first under `policy`.
@@ -299,11 +367,17 @@ impl Priorities {
     /// the first time, or one whose average moved by more than a fifth and by at least
     /// [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
     pub fn is_stale(&self, g: &Graph) -> bool {
-        self.basis.iter().enumerate().any(|(op, &old)| {
-            let new = g.learned_op_ns(op as u32);
-            let moved = new.abs_diff(old);
-            (old == 0 && new != 0) || (moved * 5 > old && moved >= estimates::MIN_MOVE_NS)
-        })
+        let kinds_moved = self
+            .kinds_basis
+            .iter()
+            .enumerate()
+            .any(|(op, &k)| g.op_kind(op as u32) != k);
+        kinds_moved
+            || self.basis.iter().enumerate().any(|(op, &old)| {
+                let new = g.learned_op_ns(op as u32);
+                let moved = new.abs_diff(old);
+                (old == 0 && new != 0) || (moved * 5 > old && moved >= estimates::MIN_MOVE_NS)
+            })
     }
 }
 

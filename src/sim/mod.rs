@@ -10,9 +10,17 @@
 //! executor's admission rule ([`crate::sched::Admission`]) lets it, and a less critical node that
 //! may start goes ahead of one that may not. Kernels never run and nothing is allocated.
 //!
+//! Nodes whose kernels runs have seen split loops or defer their end ([`NodeKind`], learned per
+//! op type) are modelled as they run. A **parallel** node takes every thread free when it starts
+//! (its loops' helpers go ahead of queued nodes) and lasts its work
+//! ([`Priorities::work`](crate::sched::Priorities::work)) divided among them. A **deferring**
+//! node holds a thread for its kernel's time on it, then stays in flight, off every thread, until
+//! its estimated end. A window caps nodes in flight, pending ones included; threads cap the
+//! running ones.
+//!
 //! What holds for every result: the same graph, estimates and options give the same figures;
 //! `makespan_lb_ns <= makespan_ns`; `peak_live_bytes` stays within the limit; one thread and no
-//! limit take exactly the total work.
+//! limit take exactly the total work when no node defers.
 //!
 //! Cost: O((n + e) log n). Running nodes sit in a heap keyed by finish time. Ready nodes sit in a
 //! min-tree over policy order (rank, or readiness sequence under FIFO) holding the bytes each one
@@ -39,7 +47,11 @@ use std::collections::BinaryHeap;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, OutputSize};
-use crate::sched::{Admission, Policy, Priorities};
+use crate::sched::{Admission, NodeKind, Policy, Priorities};
+
+/// Kinds of events on the virtual clock, in the order they happen at one instant.
+const RETURN: u8 = 0;
+const FINISH: u8 = 1;
 
 mod ready;
 use ready::{ReadySet, FITS_ANY};
@@ -128,7 +140,8 @@ pub(crate) fn simulate_with(
     };
     let n = graph.node_count();
     let limit = options.memory_limit_bytes;
-    let cap = crate::sched::window_cap(options.window).map_or(options.threads, |w| w.min(options.threads));
+    // Nodes in flight (running or pending) at once; threads bound the running ones.
+    let cap = crate::sched::window_cap(options.window).unwrap_or(usize::MAX);
     let value_bytes = |v: u32| match graph.value_size(v) {
         OutputSize::Bytes(b) => b as u64,
         OutputSize::Dynamic => 0,
@@ -157,8 +170,12 @@ pub(crate) fn simulate_with(
     let mut pending = prio.initial_pending.clone();
     // Consumer slots still to finish per value; graph inputs' entries are never touched.
     let mut remaining: Vec<u32> = (0..graph.value_count() as u32).map(|v| graph.consumers(v)).collect();
-    // (finish time, node): ties finish in node id order.
-    let mut running: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(cap.min(n));
+    // (time, what, node): a node's end (`FINISH`), or a deferring node's kernel returning its
+    // thread (`RETURN`, before the node's end); ties go in node id order.
+    let mut running: BinaryHeap<Reverse<(u64, u8, u32)>> = BinaryHeap::with_capacity(options.threads.min(n));
+    // Threads each running node holds, and the threads free.
+    let mut held = vec![0usize; n];
+    let (mut free, mut in_flight) = (options.threads, 0usize);
     let mut batch = prio.roots.clone();
     ready.add(&mut batch, prio.ranks(options.policy), need);
 
@@ -169,7 +186,7 @@ pub(crate) fn simulate_with(
     loop {
         // Start what the policy prefers while threads are free and outputs fit; nodes the
         // admission rule turns away wait, as they do in a real run.
-        while running.len() < cap {
+        while free > 0 && in_flight < cap {
             let budget = if limit == 0 { FITS_ANY } else { limit - live };
             let Some(slot) = ready.first_fitting(budget) else { break };
             let (node, bytes) = ready.take(slot);
@@ -179,23 +196,46 @@ pub(crate) fn simulate_with(
             }
             live = live.saturating_add(bytes);
             peak = peak.max(live);
-            running.push(Reverse((now.saturating_add(prio.weight[node as usize]), node)));
+            let (weight, work) = (prio.weight[node as usize], prio.work[node as usize]);
+            let threads = match prio.kind[node as usize] {
+                NodeKind::Serial => 1,
+                // Its loops take every thread free now, helpers going ahead of queued nodes.
+                NodeKind::Parallel => free,
+                NodeKind::Deferring => {
+                    running.push(Reverse((now.saturating_add(work), RETURN, node)));
+                    1
+                }
+            };
+            let duration = match prio.kind[node as usize] {
+                NodeKind::Parallel => work.div_ceil(threads as u64),
+                _ => weight,
+            };
+            held[node as usize] = threads;
+            free -= threads;
+            in_flight += 1;
+            running.push(Reverse((now.saturating_add(duration), FINISH, node)));
             record(node, 0);
             nodes_run += 1;
         }
         for (slot, node, bytes) in refused.drain(..) {
             ready.put_back(slot, node, bytes);
         }
-        let Some(&Reverse((next, _))) = running.peek() else {
+        let Some(&Reverse((next, _, _))) = running.peek() else {
             break;
         };
         // Everything finishing at the same instant completes before anything new starts.
         now = next;
-        while let Some(&Reverse((t, node))) = running.peek() {
+        while let Some(&Reverse((t, what, node))) = running.peek() {
             if t != now {
                 break;
             }
             running.pop();
+            // A deferring node's thread is free once its kernel returns; other nodes' at their end.
+            free += std::mem::take(&mut held[node as usize]);
+            if what == RETURN {
+                continue;
+            }
+            in_flight -= 1;
             record(node, 1);
             let mut release = |v: u32| {
                 if !graph.is_graph_output(v) {

@@ -333,3 +333,85 @@ fn random_dags_respect_the_bounds() {
     }
     assert!(limited_ok > 500, "only {limited_ok} limited runs succeeded");
 }
+
+/// Nodes of op type "Op" with no estimate of their own, so that what runs learn applies.
+fn learned_graph(count: usize, chained: bool) -> Graph {
+    let mut b = GraphBuilder::new();
+    let mut prev = None;
+    for i in 0..count {
+        let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).output(8);
+        if let Some(p) = prev.filter(|_| chained) {
+            d = d.input(ValueRef::new(p, 0));
+        }
+        prev = Some(b.add_node(d).unwrap());
+    }
+    b.finalize().unwrap()
+}
+
+#[test]
+fn a_parallel_node_divides_its_work_among_the_free_threads() {
+    // Four chained nodes whose loops ran on 2 threads for 100 ns: 200 ns of work each.
+    let g = learned_graph(4, true);
+    let sample = crate::sched::Sample {
+        ns: 100,
+        thread_ns: None,
+        width: 2,
+    };
+    g.learn_sample(0, sample);
+    assert_eq!(g.node_kind(0), crate::sched::NodeKind::Parallel);
+    assert_eq!((g.expected_ns(0), g.work_ns(0)), (100, 200));
+    for (threads, makespan) in [(1, 800), (2, 400), (4, 200), (3, 4 * 67)] {
+        let r = sim(&g, threads, Policy::CriticalPath);
+        assert_eq!(r.makespan_ns, makespan, "{threads} threads");
+        assert_eq!(r.work_ns, 800);
+        assert!(
+            r.makespan_lb_ns <= r.makespan_ns && r.makespan_lb_ns >= 800 / threads as u64,
+            "{r:?}"
+        );
+    }
+    // Beside a serial chain, a parallel node gets only the threads nobody else holds.
+    let mut b = GraphBuilder::new();
+    let par = b
+        .add_node(NodeDesc::new("par", "Par", Box::new(|_| Ok(()))).output(8))
+        .unwrap();
+    b.add_node(node("serial", 300, 8, &[])).unwrap();
+    let g = b.finalize().unwrap();
+    g.learn_sample(
+        par,
+        crate::sched::Sample {
+            ns: 150,
+            thread_ns: None,
+            width: 2,
+        },
+    );
+    // 2 threads: the serial node (longer path) starts first; "par" runs alone on the other.
+    let r = sim(&g, 2, Policy::CriticalPath);
+    assert_eq!(r.makespan_ns, 300);
+    assert!(r.makespan_lb_ns <= r.makespan_ns);
+}
+
+#[test]
+fn a_deferring_node_frees_its_thread_but_not_its_window_place() {
+    // Four independent nodes: 100 ns from start to completion, 10 of them on a thread.
+    let g = learned_graph(4, false);
+    g.learn_sample(
+        0,
+        crate::sched::Sample {
+            ns: 100,
+            thread_ns: Some(10),
+            width: 1,
+        },
+    );
+    assert_eq!(g.node_kind(0), crate::sched::NodeKind::Deferring);
+    assert_eq!(g.work_ns(0), 10);
+    // One thread launches all four 10 ns apart; the last completes at 130.
+    let r = sim(&g, 1, Policy::CriticalPath);
+    assert_eq!((r.makespan_ns, r.work_ns), (130, 40));
+    assert!(r.makespan_lb_ns <= r.makespan_ns, "{r:?}");
+    // A window of 2 holds two in flight: 0 and 10, then 100 and 110; the last ends at 210.
+    let windowed = simulate(&g, &opts(1, Policy::CriticalPath, 2, 0)).unwrap();
+    assert_eq!(windowed.makespan_ns, 210);
+    // A window as wide as the threads still caps pending nodes.
+    let two = simulate(&g, &opts(2, Policy::CriticalPath, 2, 0)).unwrap();
+    assert_eq!(two.makespan_ns, 200);
+}
