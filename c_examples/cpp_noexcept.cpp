@@ -32,10 +32,22 @@ int main() {
                 c.fail("negative input");  // no exceptions: the kernel fails through its context
                 return;
             }
-            out[i] = -in[i];
         }
+        // A parallel loop without exceptions: its chunks must not fail.
+        c.parallel_for(0, in.size(), 2, [&](size_t begin, size_t end) {
+            for (size_t i = begin; i < end; i++) out[i] = -in[i];
+        });
     });
     g.mark_output(y);
+    // A node that defers its end and completes it at once (a device that was quick).
+    gs_value z = g.add_node("copy_later", "Copy", {y}, {4 * sizeof(int)}, [](gs::Context &c) {
+        gs::Completion done = c.defer();
+        auto in = c.input<int>(0);
+        auto out = c.output<int>(0);
+        for (size_t i = 0; i < in.size(); i++) out[i] = in[i];
+        done.complete();
+    });
+    g.mark_output(z);
     g.finalize();
     gs::Pool pool;
 
@@ -44,7 +56,7 @@ int main() {
     gs::RunOptions options;
     options.bind(x, good, sizeof good);
     gs::Status s = gs::try_run(g, pool, options, r);
-    if (!s || r.output<int>(y)[3] != -4) {
+    if (!s || r.output<int>(y)[3] != -4 || r.output<int>(z)[3] != -4) {
         std::fprintf(stderr, "cpp_noexcept: the run failed: %s\n", s.message.c_str());
         return 1;
     }

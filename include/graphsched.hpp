@@ -5,6 +5,7 @@
  *   gs::Graph     a graph under construction, then finalized; owns its kernels (lambdas)
  *   gs::Pool      a buffer pool            gs::Executor  worker threads
  *   gs::Result    one run's outputs        gs::Context   what a kernel sees
+ *   gs::Completion  the end of a node whose kernel deferred it (Context::defer)
  *   gs::Span<T>   a view of a tensor's elements (std::span's subset, for C++17)
  *   gs::Error     a failed call: status() and what() carry the status and the library's sentence
  *
@@ -52,6 +53,8 @@
 #if defined(__cpp_exceptions) && !defined(GRAPHSCHED_NO_EXCEPTIONS)
 #define GRAPHSCHED_HPP_EXCEPTIONS 1
 #define GRAPHSCHED_HPP_MODE with_exceptions
+#include <exception>
+#include <mutex>
 #include <stdexcept>
 #else
 #define GRAPHSCHED_HPP_EXCEPTIONS 0
@@ -143,6 +146,37 @@ private:
 class Pool;
 class Executor;
 
+/// The right to end a node whose kernel deferred its end (Context::defer): complete() it, from
+/// any thread, once the work the kernel started is done. Move-only. Destroying one that was not
+/// completed fails the node, rather than leaving its run waiting for ever.
+class Completion {
+public:
+    Completion() = default;
+    explicit Completion(gs_completion *c) noexcept : c_(c) {}
+    Completion(Completion &&other) noexcept : c_(std::exchange(other.c_, nullptr)) {}
+    Completion &operator=(Completion &&other) noexcept {
+        if (this != &other) {
+            abandon();
+            c_ = std::exchange(other.c_, nullptr);
+        }
+        return *this;
+    }
+    Completion(const Completion &) = delete;
+    Completion &operator=(const Completion &) = delete;
+    ~Completion() { abandon(); }
+
+    /// Ends the node: GS_OK, or a failure (any other status) and its reason, which fails the run.
+    void complete(gs_status status = GS_OK, const char *message = nullptr) noexcept {
+        if (c_) gs_complete(std::exchange(c_, nullptr), status, message);
+    }
+    /// Whether it still has a node to end.
+    explicit operator bool() const noexcept { return c_ != nullptr; }
+
+private:
+    void abandon() noexcept { complete(GS_ERR_KERNEL_FAILED, "its gs::Completion was destroyed without being completed"); }
+    gs_completion *c_ = nullptr;
+};
+
 /// What a running kernel sees: its node's inputs and outputs, and its run.
 class Context {
 public:
@@ -204,6 +238,49 @@ public:
     /// The run's pool and executor (NULL: none), for a nested gs_run or gs::run_nested.
     gs_pool *pool() const noexcept { return gs_ctx_pool(ctx_); }
     gs_executor *executor() const noexcept { return gs_ctx_executor(ctx_); }
+
+    /// Runs `body(begin, end)` over chunks of `grain` items of [begin, end), on this thread and
+    /// the run's executor's other threads (gs_ctx_parallel_for); returns once all have run. With
+    /// exceptions, the first one a chunk throws is rethrown here after every chunk has run;
+    /// without them, a chunk must not fail.
+    template <class F>
+    void parallel_for(size_t begin, size_t end, size_t grain, const F &body) {
+        struct Call {
+            const F *body;
+#if GRAPHSCHED_HPP_EXCEPTIONS
+            std::mutex lock;
+            std::exception_ptr error;
+#endif
+        } call{&body};
+        gs_range_fn chunk = [](size_t b, size_t e, void *user) {
+            Call *c = static_cast<Call *>(user);
+#if GRAPHSCHED_HPP_EXCEPTIONS
+            // An exception must not unwind into the library: kept, rethrown by the caller.
+            try {
+                (*c->body)(b, e);
+            } catch (...) {
+                std::lock_guard<std::mutex> held(c->lock);
+                if (!c->error) c->error = std::current_exception();
+            }
+#else
+            (*c->body)(b, e);
+#endif
+        };
+        gs_status code = gs_ctx_parallel_for(ctx_, begin, end, grain, chunk, &call);
+#if GRAPHSCHED_HPP_EXCEPTIONS
+        if (call.error) std::rethrow_exception(call.error);
+#endif
+        detail::check(code);
+    }
+
+    /// Defers the node's end (gs_ctx_defer): start the work elsewhere, hand it the Completion,
+    /// and return; the node ends when the work completes it. Dynamic outputs must be allocated
+    /// and descriptors set before returning.
+    Completion defer() {
+        gs_completion *c = nullptr;
+        detail::check(gs_ctx_defer(ctx_, &c));
+        return Completion(c);
+    }
 
     /// Fails the node with `message` once the kernel returns (the way to fail without
     /// exceptions; with them, throwing does the same).

@@ -502,3 +502,26 @@ fn the_window_counts_pending_nodes_and_memory_admission_covers_them() {
         }
     }
 }
+
+#[test]
+fn a_deadline_passed_while_nodes_are_pending_waits_for_them() {
+    // The device holds each piece of work until 8 are in or 2 ms passed, then takes 100-400 us
+    // per piece: 16 nodes take several milliseconds, and the deadline passes meanwhile.
+    let device = Device::new(8, 31);
+    let handle = Arc::new(device.handle());
+    let (g, _) = graph(16, &handle, None);
+    let pool = Arc::new(Pool::default());
+    let executor = Executor::new(2).unwrap();
+    for executor in [None, Some(&executor)] {
+        let options = RunOptions {
+            executor,
+            deadline: Some(std::time::Instant::now() + Duration::from_micros(500)),
+            ..RunOptions::default()
+        };
+        let e = graphsched::run(&g, &pool, &options).err().expect("the run passes its deadline");
+        assert_eq!(e.kind(), ErrorKind::DeadlineExceeded);
+        assert_eq!(handle.in_flight.load(Ordering::SeqCst), 0, "returned with work on the device");
+        assert_eq!(pool.stats().live_bytes, 0);
+    }
+    assert!(device.completed.load(Ordering::SeqCst) >= 2, "nodes were pending when it passed");
+}

@@ -2,10 +2,10 @@
  * The workloads of benches/c/run_ops.sh, shared by ops_graphsched.c and ops_tbb.cpp, so that
  * both run the same kernels on the same graphs.
  *
- * Kernels: a matrix product out = in x W, rows [begin, end), blocked over k and j so that each
- * row of W is read from cache. Heavy nodes multiply 256 x 256 matrices (about 17 M multiply-adds)
- * and may split their rows into chunks of OPS_GRAIN; light nodes multiply 48 x 48 ones (110 k)
- * and never split.
+ * Kernels: a matrix product out = in x W, rows [begin, end), 16 columns at a time in registers
+ * (ops_kernels.c). Heavy nodes multiply 256 x 256 matrices (about 17 M multiply-adds) and may
+ * split their rows into chunks of OPS_GRAIN; light nodes multiply 48 x 48 ones (110 k) and never
+ * split.
  *
  * Graphs (a source node fills the first matrix; every other node reads one predecessor):
  *   chain: 8 heavy nodes in a row: no inter-op parallelism, only intra-op can help;
@@ -43,64 +43,51 @@ typedef struct ops_graph {
     ops_node nodes[1 + OPS_WIDE + OPS_MIX_CHAIN];
 } ops_graph;
 
-/* Weights: one matrix per size, the same in every program. */
-static float ops_w_heavy[OPS_HEAVY * OPS_HEAVY], ops_w_light[OPS_LIGHT * OPS_LIGHT];
-
-static void ops_init_weights(void) {
-    for (int i = 0; i < OPS_HEAVY * OPS_HEAVY; i++) ops_w_heavy[i] = (float)((i * 7) % 13) / 13.0f - 0.45f;
-    for (int i = 0; i < OPS_LIGHT * OPS_LIGHT; i++) ops_w_light[i] = (float)((i * 5) % 11) / 11.0f - 0.45f;
-}
-
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The kernels, in ops_kernels.c: one C translation unit linked into both programs, so that both
+ * run the same machine code. */
+void ops_init_weights(void);
 /* Rows [begin, end) of out = in x W for n x n matrices; in is read from rows of at least n. */
-static void ops_matmul_rows(const float *in, float *out, int n, size_t begin, size_t end) {
-    const float *w = n == OPS_HEAVY ? ops_w_heavy : ops_w_light;
-    for (size_t i = begin; i < end; i++) {
-        float *o = out + i * (size_t)n;
-        for (int j = 0; j < n; j++) o[j] = 0;
-        for (int k = 0; k < n; k++) {
-            float a = in[i * (size_t)n + (size_t)k];
-            const float *wr = w + (size_t)k * (size_t)n;
-            for (int j = 0; j < n; j++) o[j] += a * wr[j];
-        }
-    }
-}
-
+void ops_matmul_rows(const float *in, float *out, int n, size_t begin, size_t end);
 /* The source's output: the largest matrix, which every first node reads a prefix of. */
-static void ops_fill(float *out) {
-    for (int i = 0; i < OPS_HEAVY * OPS_HEAVY; i++) out[i] = (float)(i % 17) / 17.0f - 0.5f;
+void ops_fill(float *out);
+#ifdef __cplusplus
 }
+#endif
 
-static size_t ops_bytes(const ops_node *d) { return sizeof(float) * (size_t)d->n * (size_t)d->n; }
+static inline size_t ops_bytes(const ops_node *d) { return sizeof(float) * (size_t)d->n * (size_t)d->n; }
 
-static void ops_make(ops_graph *g, const char *name) {
+static inline void ops_make(ops_graph *g, const char *name) {
     memset(g, 0, sizeof *g);
     g->name = name;
     g->nodes[0] = (ops_node){OPS_HEAVY, 0, -1};
     g->count = 1;
     int chain = strcmp(name, "chain") == 0 ? OPS_CHAIN : strcmp(name, "mix") == 0 ? OPS_MIX_CHAIN : 0;
     int wide = strcmp(name, "chain") == 0 ? 0 : OPS_WIDE;
-    for (int k = 0; k < chain; k++) g->nodes[g->count++] = (ops_node){OPS_HEAVY, 1, k == 0 ? 0 : g->count - 1};
-    for (int k = 0; k < wide; k++) g->nodes[g->count++] = (ops_node){OPS_LIGHT, 0, 0};
+    for (int k = 0; k < chain; k++, g->count++) g->nodes[g->count] = (ops_node){OPS_HEAVY, 1, g->count - 1};
+    for (int k = 0; k < wide; k++, g->count++) g->nodes[g->count] = (ops_node){OPS_LIGHT, 0, 0};
 }
 
-static uint64_t ops_now_ns(void) {
+static inline uint64_t ops_now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static int ops_cmp(const void *a, const void *b) {
+static inline int ops_cmp(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static uint64_t ops_median(uint64_t *v, int n) {
+static inline uint64_t ops_median(uint64_t *v, int n) {
     qsort(v, (size_t)n, sizeof *v, ops_cmp);
     return v[n / 2];
 }
 
 /* A checksum of a node's output, so both programs can be seen to compute the same thing. */
-static double ops_sum(const float *m, int n) {
+static inline double ops_sum(const float *m, int n) {
     double s = 0;
     for (int i = 0; i < n * n; i++) s += m[i];
     return s;
