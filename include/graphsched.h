@@ -446,7 +446,8 @@ typedef struct gs_run_options {
   void *user_data;
   // Called as each node's kernel starts; NULL: nothing is called, at no cost.
   gs_observer_fn on_node_start;
-  // Called as each node's kernel ends.
+  // Called as each node's kernel ends (a deferred node's: once it completed, on the thread
+  // that ends it).
   gs_observer_fn on_node_end;
   // Passed to both observers.
   void *observer_data;

@@ -518,10 +518,19 @@ fn a_deadline_passed_while_nodes_are_pending_waits_for_them() {
             deadline: Some(std::time::Instant::now() + Duration::from_micros(500)),
             ..RunOptions::default()
         };
-        let e = graphsched::run(&g, &pool, &options).err().expect("the run passes its deadline");
+        let e = graphsched::run(&g, &pool, &options)
+            .err()
+            .expect("the run passes its deadline");
         assert_eq!(e.kind(), ErrorKind::DeadlineExceeded);
-        assert_eq!(handle.in_flight.load(Ordering::SeqCst), 0, "returned with work on the device");
+        assert_eq!(
+            handle.in_flight.load(Ordering::SeqCst),
+            0,
+            "returned with work on the device"
+        );
         assert_eq!(pool.stats().live_bytes, 0);
     }
-    assert!(device.completed.load(Ordering::SeqCst) >= 2, "nodes were pending when it passed");
+    assert!(
+        device.completed.load(Ordering::SeqCst) >= 2,
+        "nodes were pending when it passed"
+    );
 }

@@ -1,7 +1,7 @@
 /*
  * Intra-op and inter-op parallelism in graphsched on the workloads of ops_common.h: heavy nodes
  * split their rows with gs_ctx_parallel_for, nodes run side by side on the executor, or both.
- * Usage: ops_graphsched THREADS   (prints "graphsched WORKLOAD MODE THREADS MS" per line, the
+ * Usage: [OPS_ONLY=chain|wide|mix] ops_graphsched THREADS   (prints "graphsched WORKLOAD MODE THREADS MS" per line, the
  * median of OPS_RUNS runs after one warm-up; run by benches/c/run_ops.sh)
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
@@ -50,7 +50,9 @@ int main(int argc, char **argv) {
     gs_executor *ex;
     gs_executor_config cfg = {.threads = (uint32_t)threads};
     if (gs_pool_new(NULL, &pool) || gs_executor_new(&cfg, &ex)) return fail("setup");
+    const char *only = getenv("OPS_ONLY"); /* a workload's name: run only it */
     for (int w = 0; w < 3; w++) {
+        if (only && strcmp(only, names[w]) != 0) continue;
         static ops_graph spec;
         ops_make(&spec, names[w]);
         gs_graph *g;

@@ -3,7 +3,7 @@
 // parallel_for (simple_partitioner, chunks of OPS_GRAIN rows: the chunks graphsched makes), in a
 // task_arena of THREADS threads. Mode intra runs the nodes in topological order on the arena's
 // calling thread instead of a flow graph. Buffers are allocated once, before the runs.
-// Usage: ops_tbb THREADS   (prints "tbb WORKLOAD MODE THREADS MS" lines, as ops_graphsched)
+// Usage: [OPS_ONLY=chain|wide|mix] ops_tbb THREADS   (prints "tbb WORKLOAD MODE THREADS MS" lines, as ops_graphsched)
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/flow_graph.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -35,7 +35,9 @@ int main(int argc, char **argv) {
   const char *names[] = {"chain", "wide", "mix"};
   const char *modes[] = {"inter", "intra", "both"};
   oneapi::tbb::task_arena arena(threads);
+  const char *only = getenv("OPS_ONLY");  // a workload's name: run only it
   for (const char *name : names) {
+    if (only && strcmp(only, name) != 0) continue;
     static ops_graph spec;
     ops_make(&spec, name);
     std::vector<std::vector<float>> buf(spec.count);

@@ -41,20 +41,21 @@ pub struct NodeObservation {
     /// Kernel start, in nanoseconds since the run started (in the call made as the node starts:
     /// the time of that call, just before the kernel).
     pub start_ns: u64,
-    /// Kernel end, in nanoseconds since the run started; 0 when the node starts.
+    /// Kernel end, in nanoseconds since the run started; 0 when the node starts. For a node whose
+    /// kernel deferred its end (`KernelCtx::defer`), its completion.
     pub end_ns: u64,
-    /// Whether the kernel returned success (true when the node starts). The node may still
-    /// fail after it: its outputs checked, a dynamic output refused by the memory limit.
+    /// Whether the kernel (and a deferred node's completion) succeeded (true when the node
+    /// starts). The node may still fail after it: its outputs checked.
     pub ok: bool,
 }
 
-/// Hears each node of a run start and end, on the thread that runs it. Called from several
-/// threads at once on an executor; it should be quick, and must not panic (a panic is caught
-/// and ignored).
+/// Hears each node of a run start and end, on the thread that runs it (a deferred node's end:
+/// on the thread that ends it after its completion). Called from several threads at once on an
+/// executor; it should be quick, and must not panic (a panic is caught and ignored).
 pub trait Observer: Send + Sync {
     /// The node's kernel is about to run.
     fn node_started(&self, at: &NodeObservation);
-    /// The node's kernel returned (or panicked: `ok` is false).
+    /// The node's kernel returned (or panicked: `ok` is false), or a deferred node completed.
     fn node_finished(&self, at: &NodeObservation);
 }
 

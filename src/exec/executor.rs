@@ -321,7 +321,7 @@ impl Shared {
         if task.node == JOB {
             // SAFETY: a job task carries one strong count of its job (`push_job`), taken back here once.
             let job = unsafe { Arc::from_raw(task.run.cast::<Job>()) };
-            job.help();
+            job.help(true);
             return;
         }
         let (run, first) = match task.node {

@@ -3,9 +3,10 @@
 //!
 //! The model: `KernelCtx::parallel_for(range, grain, f)` cuts `range` into chunks of about
 //! `grain` items and queues one helper task per other thread of the executor, in the most
-//! urgent band. Every participant, the caller first, claims chunks one at a time from a shared
-//! counter and runs `f` on them until none is left; the caller then waits for the chunks other
-//! threads are still running. No thread is created per call.
+//! urgent band. Every participant claims chunks one at a time, the caller from the front of the
+//! range and helpers from the back (so each thread runs one contiguous stretch), and runs `f` on
+//! them until none is left; the caller then waits for the chunks other threads are still
+//! running. No thread is created per call.
 //!
 //! Why it cannot deadlock, even with every thread inside such a kernel: the caller never waits
 //! for a chunk nobody has claimed, since it claims every unclaimed chunk itself; it waits only
@@ -17,7 +18,7 @@
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::kernel::KernelCtx;
@@ -33,9 +34,12 @@ pub(super) struct Job {
     start: usize,
     end: usize,
     grain: usize,
-    chunks: usize,
-    /// Next chunk to claim. Relaxed: claiming publishes nothing.
-    next: AtomicUsize,
+    /// The chunks nobody has claimed, `front..back`, packed as `back << 32 | front`. The caller
+    /// claims from the front and helpers from the back, so that each thread runs one contiguous
+    /// stretch of the range: loop after loop along a chain of nodes split alike, a thread then
+    /// reads the rows it wrote itself, from its own core's cache, as with oneTBB's halving
+    /// splits. Relaxed: claiming publishes nothing.
+    claims: AtomicU64,
     /// Chunks finished. Release by each finisher, Acquire by the waiting caller: the caller sees
     /// every write the chunks made.
     done: AtomicUsize,
@@ -63,14 +67,33 @@ unsafe impl Send for Job {}
 unsafe impl Sync for Job {}
 
 impl Job {
-    /// Runs chunks until none is left to claim.
-    pub(super) fn help(&self) {
-        let mut first = true;
+    /// Claims a chunk: the first unclaimed one, or the last (`from_back`, for helpers).
+    fn claim(&self, from_back: bool) -> Option<usize> {
+        let mut now = self.claims.load(Ordering::Relaxed);
         loop {
-            let chunk = self.next.fetch_add(1, Ordering::Relaxed);
-            if chunk >= self.chunks {
-                return;
+            let (front, back) = (now & u64::from(u32::MAX), now >> 32);
+            if front >= back {
+                return None;
             }
+            let (next, chunk) = match from_back {
+                true => ((back - 1) << 32 | front, back - 1),
+                false => (back << 32 | (front + 1), front),
+            };
+            match self
+                .claims
+                .compare_exchange_weak(now, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(chunk as usize),
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// Runs chunks until none is left to claim: from the front for the loop's caller, from the
+    /// back for a helper.
+    pub(super) fn help(&self, helper: bool) {
+        let mut first = true;
+        while let Some(chunk) = self.claim(helper) {
             if std::mem::take(&mut first) {
                 self.width.fetch_add(1, Ordering::Relaxed);
             }
@@ -95,7 +118,8 @@ pub struct Parallel<'a> {
 }
 
 impl KernelCtx<'_> {
-    /// Runs `body` over `range` in chunks of `grain` items (at least 1), on this thread and on
+    /// Runs `body` over `range` in chunks of `grain` items (at least 1; more if the range would
+    /// make over `u32::MAX` chunks), on this thread and on
     /// the run's executor's other threads as they come free; without an executor, here, in
     /// order. Returns once every chunk has run. A panic in `body` is reported as an error (the
     /// remaining chunks still run). For a loop inside a chunk, use [`KernelCtx::parallel`].
@@ -124,8 +148,9 @@ impl Parallel<'_> {
         grain: usize,
         body: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<(), String> {
-        let grain = grain.max(1);
         let len = range.end.saturating_sub(range.start);
+        // At most u32::MAX chunks (`Job::claims` packs two chunk numbers in 64 bits).
+        let grain = grain.max(1).max(len.div_ceil(u32::MAX as usize));
         let chunks = len.div_ceil(grain);
         let executor = self.executor.filter(|e| e.threads() > 1 && chunks > 1);
         // SAFETY: only the lifetime is erased; `body` outlives every call of it (module docs).
@@ -135,8 +160,7 @@ impl Parallel<'_> {
             start: range.start,
             end: range.end,
             grain,
-            chunks,
-            next: AtomicUsize::new(0),
+            claims: AtomicU64::new((chunks as u64) << 32),
             done: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             width: AtomicUsize::new(0),
@@ -144,7 +168,7 @@ impl Parallel<'_> {
         if let Some(executor) = executor {
             executor.push_job(&job, (executor.threads() - 1).min(chunks - 1));
         }
-        job.help();
+        job.help(false);
         let mut spins = 0u32;
         while job.done.load(Ordering::Acquire) < chunks {
             // Only chunks other threads are running remain: they end soon.

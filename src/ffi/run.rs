@@ -107,7 +107,8 @@ pub struct gs_run_options {
     pub user_data: *mut c_void,
     /// Called as each node's kernel starts; NULL: nothing is called, at no cost.
     pub on_node_start: gs_observer_fn,
-    /// Called as each node's kernel ends.
+    /// Called as each node's kernel ends (a deferred node's: once it completed, on the thread
+    /// that ends it).
     pub on_node_end: gs_observer_fn,
     /// Passed to both observers.
     pub observer_data: *mut c_void,
