@@ -479,7 +479,8 @@ typedef struct gs_sim_options {
   uint32_t threads;
   // `GS_POLICY_*`.
   uint32_t policy;
-  // Most nodes running at once; 0: `threads`.
+  // Most nodes in flight at once, running or pending (deferred, `gs_ctx_defer`); 0: no cap
+  // but the threads on running nodes.
   uint32_t window;
   // Most live bytes; 0: no limit.
   uint64_t memory_limit_bytes;
@@ -495,7 +496,8 @@ typedef struct gs_sim_result {
   uint64_t makespan_lb_ns;
   // Longest path of estimates.
   uint64_t critical_path_ns;
-  // Sum of all estimates.
+  // Thread time of all nodes ([`Priorities::work`](crate::sched::Priorities::work)): their
+  // estimates, unless runs have seen their kernels split loops or defer.
   uint64_t work_ns;
   // Most bytes values held at once (graph inputs, which the caller owns, excluded).
   uint64_t peak_live_bytes;

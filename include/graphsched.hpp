@@ -252,7 +252,8 @@ public:
             std::exception_ptr error;
 #endif
         } call{&body};
-        gs_range_fn chunk = [](size_t b, size_t e, void *user) {
+        // noexcept: nothing may unwind into the library (an escaping exception terminates).
+        gs_range_fn chunk = [](size_t b, size_t e, void *user) noexcept {
             Call *c = static_cast<Call *>(user);
 #if GRAPHSCHED_HPP_EXCEPTIONS
             // An exception must not unwind into the library: kept, rethrown by the caller.
@@ -276,7 +277,7 @@ public:
     /// Defers the node's end (gs_ctx_defer): start the work elsewhere, hand it the Completion,
     /// and return; the node ends when the work completes it. Dynamic outputs must be allocated
     /// and descriptors set before returning.
-    Completion defer() {
+    [[nodiscard]] Completion defer() {
         gs_completion *c = nullptr;
         detail::check(gs_ctx_defer(ctx_, &c));
         return Completion(c);

@@ -33,6 +33,12 @@
 //!   A node's rank (the order of `waiting`) is its index.
 //! - Threads: the caller (loom's main thread) and one worker (`Shared::worker_main`), as on an
 //!   `Executor::new(2)`.
+//! - Pending nodes (`src/exec/pending.rs`): a deferring node's kernel hands its work to "the
+//!   device", a queue that whichever thread finds no task serves, so that the completion may come
+//!   from the other thread before the kernel's thread arrives, or after. The kernel's thread hands
+//!   the run its counts, then arrives; the device writes the node's output, then arrives; the last
+//!   arrival ends the node, the device's by queueing an `END` task that takes over the node's
+//!   place in `active` (`Shared::push_finish`, `RunState::end_pending`).
 //!
 //! Abstracted away: the per-band deques, injectors and stealing (one mutex-protected FIFO queue:
 //! any thread may take any queued task); sleeping and waking (`Sleep`: `yield_now`); the window
@@ -84,6 +90,8 @@ struct Spec {
     limit: u64,
     successors: Vec<Vec<usize>>,
     roots: Vec<usize>,
+    /// Nodes whose kernels defer their end to the device thread (`KernelCtx::defer`).
+    deferred: Vec<bool>,
     /// Per node: its position in σ, the safe completion order of the banker's rule (the real
     /// run's `LiveOrder::lowest`; here given with the graph).
     position: Vec<usize>,
@@ -132,10 +140,19 @@ impl Spec {
             limit,
             successors,
             roots,
+            deferred: vec![false; n],
             position,
             live_sigma,
             peak,
         }
+    }
+
+    /// The same graph, with these nodes' kernels deferring their end.
+    fn deferring(mut self, nodes: &[usize]) -> Spec {
+        for &v in nodes {
+            self.deferred[v] = true;
+        }
+        self
     }
 
     /// `Admission::guaranteed`: the banker's rule applies, and the run must complete.
@@ -493,4 +510,49 @@ fn mutation_slack_check_short_is_caught() {
         message.contains("unsafe admission state: slack -1 at step 1"),
         "{message}"
     );
+}
+
+/// Pending nodes (`src/exec/pending.rs`): the diamond's B and C defer to the device, which a
+/// thread runs while it has no task: it writes the node's output and completes it, before or
+/// after the node's kernel returns. Their consumer D reads the device's writes (loom's cells),
+/// and the run ends once, after both completions.
+#[test]
+fn a_deferred_node_ends_once_after_its_completion() {
+    check(diamond(0).deferring(&[1, 2]), Mutation::None, Expect::Complete, 3);
+}
+
+/// Under a limit, a pending node keeps its bytes until its consumers release them: the second
+/// chain's producer waits for the release, as without deferring.
+#[test]
+fn a_deferred_producer_under_a_memory_limit_completes() {
+    check(two_chains().deferring(&[0]), Mutation::None, Expect::Complete, 3);
+}
+
+#[test]
+fn mutation_pending_leaves_active_is_caught() {
+    let message = violation(
+        diamond(0).deferring(&[1]),
+        Mutation::PendingLeavesActive,
+        Expect::Complete,
+        3,
+    );
+    let broken = ["work is still on the device", "ran before its producer"];
+    assert!(
+        ACTIVE_BROKEN.iter().chain(&broken).any(|m| message.contains(m)),
+        "{message}"
+    );
+}
+
+/// The first review of pending nodes found this: the kernel's thread flushed its counts into the
+/// run after its arrival, when the completion may already have ended the node and the run.
+#[test]
+fn mutation_flush_after_arrival_is_caught() {
+    let message = violation(
+        // C, the node the caller queues: the worker runs it, so the caller may end the run.
+        diamond(0).deferring(&[2]),
+        Mutation::FlushAfterArrival,
+        Expect::Complete,
+        3,
+    );
+    assert!(ACTIVE_BROKEN.iter().any(|m| message.contains(m)), "{message}");
 }

@@ -50,7 +50,8 @@ pub struct NodeObservation {
 }
 
 /// Hears each node of a run start and end, on the thread that runs it (a deferred node's end:
-/// on the thread that ends it after its completion). Called from several threads at once on an
+/// on the thread that ends it after its completion; the observation's `thread` is still the
+/// kernel's). Called from several threads at once on an
 /// executor; it should be quick, and must not panic (a panic is caught and ignored).
 pub trait Observer: Send + Sync {
     /// The node's kernel is about to run.

@@ -354,9 +354,9 @@ impl Shared {
             self.run_chain(run, first, local, scratch, &in_window)
         }));
         if let Ok(Chain::Deferred | Chain::Pending) = chain {
-            // The deferred task or pending node keeps its place in `active`: hand over this
-            // task's counts only.
-            state.flush(scratch);
+            // The deferred task or pending node keeps this task's place in `active`, and may
+            // already have run and ended the run on another thread: nothing of it may be
+            // touched. `run_chain` handed the run this task's counts before letting go.
             return;
         }
         if let Err(panic) = chain {
@@ -443,6 +443,9 @@ impl Shared {
                 state.end_pending(&p, scratch);
             } else {
                 if let Some(window) = &state.window {
+                    // Once deferred, the task may be restarted and the run end on another
+                    // thread before `enter` returns: this task's counts go to the run first.
+                    state.flush(scratch);
                     if !window.enter(node, reserved) {
                         // Deferred: still counted in `active`, so the run is alive; restarted by
                         // the next node that leaves the window.
@@ -459,10 +462,18 @@ impl Shared {
                     in_window.set(false);
                     break;
                 }
-                if state.execute(node, scratch).is_some() {
-                    // Pending: its completion queues its end, which gives the window place back.
-                    in_window.set(false);
-                    return Chain::Pending;
+                if let Some(p) = state.execute(node, scratch) {
+                    // After this thread's arrival the node may end, and the run with it, on
+                    // another thread: its counts go to the run first.
+                    state.flush(scratch);
+                    if !p.kernel_arrives() {
+                        // Pending: its completion queues its end, which gives the window place
+                        // back.
+                        in_window.set(false);
+                        return Chain::Pending;
+                    }
+                    // The work completed before the kernel returned: the node ends here.
+                    state.end_pending(&p, scratch);
                 }
             }
             if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {

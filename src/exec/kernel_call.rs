@@ -274,8 +274,9 @@ impl RunState<'_> {
     }
 
     /// Calls the kernel of `node`, whose outputs are in their slots, and ends the call
-    /// (`conclude`) unless the kernel deferred it and its completion has not come yet: then the
-    /// node is pending, and returned. A plain node has no dynamic output to serve.
+    /// (`conclude`), unless the kernel deferred its end: then the node is returned, and the
+    /// caller arrives at it (`PendingNode::kernel_arrives`). A plain node has no dynamic output
+    /// to serve.
     #[allow(clippy::too_many_arguments)]
     fn call_kernel(
         &self,
@@ -323,15 +324,12 @@ impl RunState<'_> {
         }
         // Timed after the observer's call, so that what it costs is not the kernel's.
         let start = (sample || self.trace.is_some() || self.observer.is_some()).then(Instant::now);
-        if sample {
-            super::parallel::take_loop_width();
-        }
+        let outer_width = if sample { super::parallel::swap_loop_width(0) } else { 0 };
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         let returned = start.map(|_| Instant::now());
-        let width = if sample {
-            super::parallel::take_loop_width().max(1)
-        } else {
-            1
+        let width = match sample {
+            true => super::parallel::swap_loop_width(outer_width).max(1),
+            false => 1,
         };
         let detail = ctx.error.take();
         let deferred = ctx.deferred.take();
@@ -382,14 +380,14 @@ impl RunState<'_> {
             self.conclude(node, outputs, called, None, scratch)?;
             return Ok(None);
         };
-        let pending = PendingNode::from_ctx(deferred);
-        if !pending.kernel_returned(self, node, called) {
-            return Ok(Some(pending));
+        if let Some(e) = &called.failure {
+            // The run stops starting nodes now, not only once the work completes; the node's
+            // blocks stay where they are until then.
+            self.fail(e.clone());
         }
-        // The work completed before the kernel returned: the node ends here.
-        let (called, at, error) = pending.take();
-        self.conclude(node, outputs, called, Some((at, error)), scratch)?;
-        Ok(None)
+        let pending = PendingNode::from_ctx(deferred);
+        pending.kernel_returned(self, node, called);
+        Ok(Some(pending))
     }
 
     /// Ends a kernel call (`completion`: the time and error of a deferred one's completion):

@@ -4,7 +4,8 @@
 //! The model: `KernelCtx::parallel_for(range, grain, f)` cuts `range` into chunks of about
 //! `grain` items and queues one helper task per other thread of the executor, in the most
 //! urgent band. Every participant claims chunks one at a time, the caller from the front of the
-//! range and helpers from the back (so each thread runs one contiguous stretch), and runs `f` on
+//! range and helpers from the back (with one helper, each thread runs one contiguous stretch),
+//! and runs `f` on
 //! them until none is left; the caller then waits for the chunks other threads are still
 //! running. No thread is created per call.
 //!
@@ -55,9 +56,11 @@ thread_local! {
     static LOOP_WIDTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// The widest loop run on this thread since the last call (0: none), and starts counting anew.
-pub(super) fn take_loop_width() -> u32 {
-    LOOP_WIDTH.with(|w| w.replace(0))
+/// The widest loop run on this thread since the last call, and starts counting anew from
+/// `from` (0: none): a kernel call counts from 0 and gives back what an enclosing call (a
+/// nested run's kernel inside another kernel) had counted.
+pub(super) fn swap_loop_width(from: u32) -> u32 {
+    LOOP_WIDTH.with(|w| w.replace(from))
 }
 
 // SAFETY: `body` is `Sync` (the bound of `Body`) and called from several threads at once by

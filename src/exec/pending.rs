@@ -140,9 +140,10 @@ impl PendingNode {
             .unwrap_or_else(|_| unreachable!("only `defer` sets it"))
     }
 
-    /// The kernel returned: records where the node resumes. True if the completion came already
-    /// (the node ends now, on this thread); false if it is pending.
-    pub(super) fn kernel_returned(&self, state: &RunState<'_>, node: u32, called: Called) -> bool {
+    /// The kernel returned: records where the node resumes. Its thread then arrives
+    /// (`kernel_arrives`), once it has handed the run everything it counted: after that
+    /// arrival the node, and with it the run, may end on another thread at any moment.
+    pub(super) fn kernel_returned(&self, state: &RunState<'_>, node: u32, called: Called) {
         let resume = Resume {
             run: (state as *const RunState<'_>).cast(),
             node,
@@ -152,6 +153,12 @@ impl PendingNode {
         if self.resume.set(resume).is_err() {
             unreachable!("a kernel returns once");
         }
+    }
+
+    /// The kernel's arrival, after `kernel_returned`: true if the completion came already (the
+    /// node ends now, on this thread); false if it is pending (then nothing of the run may be
+    /// touched any more).
+    pub(super) fn kernel_arrives(&self) -> bool {
         self.arrive()
     }
 

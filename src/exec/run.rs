@@ -451,7 +451,9 @@ fn in_order(state: &RunState<'_>, order: &[u32]) {
         }
         if let Some(pending) = state.execute(node, &mut scratch) {
             // Nothing else runs meanwhile: wait here for the completion, then end the node.
-            pending.wait();
+            if !pending.kernel_arrives() {
+                pending.wait();
+            }
             state.end_pending(&pending, &mut scratch);
         }
     }

@@ -51,7 +51,7 @@ pub(super) struct Tracer {
 pub(super) struct StateOptions<'r> {
     /// Most live bytes; 0: no limit.
     pub memory_limit: u64,
-    /// Most nodes executing at once; `None`: as many as threads.
+    /// Most nodes in flight at once, executing or pending; `None`: no window.
     pub window: Option<u32>,
     pub learn: bool,
     pub policy: Policy,
@@ -403,6 +403,8 @@ impl<'r> RunState<'r> {
         if scratch.nodes_run > 0 {
             self.nodes_run
                 .fetch_add(std::mem::take(&mut scratch.nodes_run), Ordering::Relaxed);
+        }
+        if scratch.acquires > 0 {
             self.acquires
                 .fetch_add(std::mem::take(&mut scratch.acquires), Ordering::Relaxed);
         }
@@ -411,8 +413,9 @@ impl<'r> RunState<'r> {
     /// Runs one node: outputs from the pool, the kernel, then releases and readiness. Nodes it
     /// makes ready (and admits) are appended to `scratch.ready`, most critical first. A failure
     /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
-    /// would have made ready is started. Returns the node if its kernel deferred its end and
-    /// the completion has not come yet (`pending.rs`): `end_pending` ends it later.
+    /// would have made ready is started. Returns the node if its kernel deferred its end
+    /// (`pending.rs`): the caller hands the run its counts, then arrives at the node
+    /// (`PendingNode::kernel_arrives`), and whoever arrives last ends it (`end_pending`).
     pub fn execute(&self, node: u32, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.failed() || self.stopped() {
             return None;

@@ -1,11 +1,12 @@
-//! The window: at most `cap` nodes of a run execute at once.
+//! The window: at most `cap` nodes of a run in flight at once, executing or pending (a node
+//! whose kernel deferred its end holds its place until it ends, `pending.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use super::state::lock;
 
-/// The window: at most `cap` nodes of the run execute at once. A task that finds the window full
+/// The window: at most `cap` nodes of the run in flight at once. A task that finds the window full
 /// waits in `deferred`; each node that leaves starts one deferred task. Entering and deferring
 /// happen under the lock the leaver takes, so no deferred task is forgotten.
 pub(super) struct Window {

@@ -15,7 +15,8 @@ pub struct gs_sim_options {
     pub threads: u32,
     /// `GS_POLICY_*`.
     pub policy: u32,
-    /// Most nodes running at once; 0: `threads`.
+    /// Most nodes in flight at once, running or pending (deferred, `gs_ctx_defer`); 0: no cap
+    /// but the threads on running nodes.
     pub window: u32,
     /// Most live bytes; 0: no limit.
     pub memory_limit_bytes: u64,

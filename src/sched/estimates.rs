@@ -151,8 +151,14 @@ impl Graph {
         if sample.width > 1 || l.op_width[op].load(Ordering::Relaxed) != 0 {
             fold(&l.op_width[op], u64::from(sample.width.max(1)) * 16);
         }
-        if let Some(thread_ns) = sample.thread_ns {
-            fold(&l.op_thread_ns[op], thread_ns.min(sample.ns));
+        // Once an op type has deferred, every sample tells how long it held its thread (all of
+        // its time, if it did not defer this time): a kernel that defers only sometimes, or no
+        // longer, moves back towards serial.
+        if sample.thread_ns.is_some() || l.op_thread_ns[op].load(Ordering::Relaxed) != 0 {
+            fold(
+                &l.op_thread_ns[op],
+                sample.thread_ns.unwrap_or(sample.ns).min(sample.ns),
+            );
         }
     }
 
@@ -160,7 +166,9 @@ impl Graph {
     pub fn op_kind(&self, op: u32) -> NodeKind {
         let l = learned(self);
         let get = |v: &[AtomicU64]| v.get(op as usize).map_or(0, |a| a.load(Ordering::Relaxed));
-        if get(&l.op_thread_ns) != 0 {
+        let thread_ns = get(&l.op_thread_ns);
+        if thread_ns != 0 && thread_ns < get(&l.op_ns) / 2 {
+            // Holds its thread for less than half its time: the rest is worth modelling apart.
             NodeKind::Deferring
         } else if get(&l.op_width) > 16 + 8 {
             // More than one and a half threads on average: a loop that really splits.

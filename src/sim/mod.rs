@@ -63,7 +63,9 @@ pub struct SimOptions {
     pub threads: usize,
     /// Which ready node starts first; the default is the runs' default, `Policy::default()`.
     pub policy: Policy,
-    /// Most nodes in flight at once; 0 means `threads` (the cap is the smaller of the two).
+    /// Most nodes in flight at once, running or pending (a deferring node after its kernel
+    /// returned); 0: no cap but the threads on running nodes. A window as wide as the threads or
+    /// wider caps only pending ones.
     pub window: usize,
     /// Most bytes of values live at once; 0 means no limit.
     pub memory_limit_bytes: u64,
@@ -93,7 +95,8 @@ pub struct SimResult {
     pub makespan_lb_ns: u64,
     /// Longest path of estimates.
     pub critical_path_ns: u64,
-    /// Sum of all estimates.
+    /// Thread time of all nodes ([`Priorities::work`](crate::sched::Priorities::work)): their
+    /// estimates, unless runs have seen their kernels split loops or defer.
     pub work_ns: u64,
     /// Most bytes values held at once (graph inputs, which the caller owns, excluded).
     pub peak_live_bytes: u64,
@@ -288,10 +291,13 @@ pub(crate) fn simulate_with(
     );
 
     let threads = options.threads as u64;
-    let (work_ns, critical_path_ns) = (prio.total_work_ns, prio.critical_path_ns);
+    // The bound's critical path: a parallel node's work divided among the threads, so that it is
+    // no longer than the makespan.
+    let bound = prio.makespan_bound(options.threads);
+    let (work_ns, critical_path_ns) = (prio.total_work_ns, bound.critical_path_ns);
     Ok(SimResult {
         makespan_ns: now,
-        makespan_lb_ns: prio.makespan_bound(options.threads).makespan_lb_ns,
+        makespan_lb_ns: bound.makespan_lb_ns,
         critical_path_ns,
         work_ns,
         peak_live_bytes: peak,

@@ -38,6 +38,12 @@ pub enum Mutation {
     /// `try_admit`'s banker's check misses the step just before the node's position (an off by
     /// one in its range); the slack it takes still covers that step.
     SlackCheckShort,
+    /// A task whose node went pending leaves `active` as a finished task would, instead of
+    /// handing its place to the task that ends the node.
+    PendingLeavesActive,
+    /// The kernel's thread hands the run its counts (`RunState::flush`) after its arrival at
+    /// the pending node instead of before: the node, and the run, may have ended meanwhile.
+    FlushAfterArrival,
 }
 
 pub const MEMORY_LIMIT: &str = "memory limit";
@@ -97,6 +103,10 @@ unsafe impl Send for Run {}
 /// The executor's shared part (`Shared`): the queue, and what must outlive the run.
 struct Shared {
     queue: Mutex<VecDeque<Task>>,
+    /// Work deferred nodes handed to "the device": whichever thread finds no task completes it
+    /// (`device_work`), so that a completion may come from the other thread while the kernel
+    /// has not returned yet, or after.
+    device: Mutex<VecDeque<(Task, Arc<PendingNode>)>>,
     shutdown: AtomicBool,
     /// Ghost: times `active` went from 1 to 0, and nodes the worker thread executed.
     ends: GhostUsize,
@@ -109,6 +119,21 @@ struct Task {
     run: Arc<Run>,
     node: usize,
     reserved: bool,
+    /// An `END` task: ends a pending node whose completion came.
+    end: bool,
+}
+
+/// `PendingNode` (`src/exec/pending.rs`): the two arrivals, the kernel's return and the
+/// completion; the one that takes the count to 0 resumes the node.
+struct PendingNode {
+    arrivals: AtomicU32,
+}
+
+impl PendingNode {
+    /// `PendingNode::arrive`: true for the last arrival.
+    fn arrive(&self) -> bool {
+        self.arrivals.fetch_sub(1, Ordering::AcqRel) == 1
+    }
 }
 
 impl Run {
@@ -276,17 +301,49 @@ impl Run {
 
     /// `RunState::execute`: the kernel, then releases and readiness. Cancellation and deadlines
     /// (`stopped`) are failures like any other, so only `failed` is modelled.
-    fn execute(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
+    /// A deferring node's kernel hands its work to the device (`shared.device`) and returns: if
+    /// the completion has not come yet, the node is pending and returned, not finished.
+    fn execute(
+        self: &Arc<Self>,
+        shared: &Shared,
+        node: usize,
+        ready: &mut Vec<usize>,
+        admitted: &mut Vec<usize>,
+    ) -> bool {
         self.touch();
         if self.failed() {
-            return;
+            return false;
         }
         if self.gate.is_none() {
             // `add_live`: without a gate a node takes its bytes when it starts.
             self.live.fetch_add(self.spec.bytes[node], Ordering::Relaxed);
         }
         self.run_kernel(node);
+        if self.spec.deferred[node] {
+            // `KernelCtx::defer`, then the work goes to the device; `kernel_returned`.
+            let pending = Arc::new(PendingNode {
+                arrivals: AtomicU32::new(2),
+            });
+            let task = Task {
+                run: self.clone(),
+                node,
+                reserved: true,
+                end: true,
+            };
+            shared.device.lock().unwrap().push_back((task, pending.clone()));
+            // `run_chain`: the thread's counts go to the run (`flush`), then it arrives.
+            if self.mutation != Mutation::FlushAfterArrival {
+                self.touch();
+            }
+            if !pending.arrive() {
+                if self.mutation == Mutation::FlushAfterArrival {
+                    self.touch();
+                }
+                return true; // pending: the completion queues its end
+            }
+        }
         self.finish_node(node, ready, admitted);
+        false
     }
 
     /// `RunState::run_kernel`: reads the inputs, takes the output's block, writes its slot.
@@ -306,6 +363,14 @@ impl Run {
         if self.spec.limit > 0 {
             assert!(held <= self.spec.limit, "the run holds {held} bytes, over its limit");
         }
+        if !self.spec.deferred[node] {
+            self.make(node);
+        }
+    }
+
+    /// The output's contents are written: by the kernel, or by the device for a deferred node.
+    fn make(&self, node: usize) {
+        let bytes = self.spec.bytes[node];
         // SAFETY: only this node writes its output's slot, before anyone may read it.
         self.slots[node].with_mut(|s| unsafe { *s = Slot { made: true, bytes } });
     }
@@ -360,6 +425,7 @@ impl Shared {
             run: run.clone(),
             node,
             reserved,
+            end: false,
         }));
     }
 
@@ -375,15 +441,27 @@ impl Shared {
         run.touch();
         let mut node = task.node;
         let mut reserved = task.reserved;
+        let mut end = task.end;
         loop {
-            if !reserved && !run.admit(node) {
-                break;
-            }
-            if worker {
-                self.by_worker.fetch_add(1, SeqCst);
-            }
             let (mut ready, mut admitted) = (Vec::new(), Vec::new());
-            run.execute(node, &mut ready, &mut admitted);
+            if std::mem::take(&mut end) {
+                // `RunState::end_pending`: the node's kernel ran; its work is done.
+                run.finish_node(node, &mut ready, &mut admitted);
+            } else {
+                if !reserved && !run.admit(node) {
+                    break;
+                }
+                if worker {
+                    self.by_worker.fetch_add(1, SeqCst);
+                }
+                if run.execute(self, node, &mut ready, &mut admitted) {
+                    // `Chain::Pending`: the node keeps this task's place in `active`.
+                    if run.mutation == Mutation::PendingLeavesActive {
+                        self.leave(&run);
+                    }
+                    return;
+                }
+            }
             if run.mutation == Mutation::DecrementBeforePush {
                 self.leave(&run);
                 for (nodes, reserved) in [(&admitted, true), (&ready, false)] {
@@ -466,11 +544,30 @@ impl Shared {
         }
     }
 
+    /// The device: takes one piece of work a deferred node handed it, writes the node's output
+    /// and completes it (`Completion::complete`); the last arrival queues the task that ends the
+    /// node (`Shared::push_finish`), which takes over its place in `active`. False if there was
+    /// none.
+    fn device_work(&self) -> bool {
+        let Some((task, pending)) = self.device.lock().unwrap().pop_front() else {
+            return false;
+        };
+        task.run.make(task.node);
+        if pending.arrive() {
+            task.run.touch(); // the real one reads the run for the node's band
+            self.queue.lock().unwrap().push_back(task);
+        }
+        true
+    }
+
     /// `Shared::worker_main`: runs whatever it finds until shutdown.
     fn worker_main(&self) {
         loop {
             if let Some(task) = self.find_work() {
                 self.run_task(task, true);
+                continue;
+            }
+            if self.device_work() {
                 continue;
             }
             if self.shutdown.load(Ordering::Acquire) {
@@ -492,12 +589,14 @@ fn drive(shared: &Shared, run: &Arc<Run>) {
             run: run.clone(),
             node: roots[0],
             reserved: false,
+            end: false,
         },
         false,
     );
     while run.active.load(Ordering::Acquire) != 0 {
         match shared.find_work() {
             Some(task) => shared.run_task(task, false),
+            None if shared.device_work() => {}
             None => thread::yield_now(),
         }
     }
@@ -525,6 +624,7 @@ pub struct Outcome {
 pub fn execution(spec: &Arc<Spec>, mutation: Mutation) -> Outcome {
     let shared = Arc::new(Shared {
         queue: Mutex::new(VecDeque::new()),
+        device: Mutex::new(VecDeque::new()),
         shutdown: AtomicBool::new(false),
         ends: GhostUsize::new(0),
         by_worker: GhostUsize::new(0),
@@ -560,8 +660,13 @@ pub fn execution(spec: &Arc<Spec>, mutation: Mutation) -> Outcome {
     // SAFETY: loom checks that every task's access to the run happened before this write.
     run.alive.with_mut(|alive| unsafe { *alive = false });
 
+    assert!(
+        shared.device.lock().unwrap().is_empty(),
+        "work is still on the device although active is 0"
+    );
     shared.shutdown.store(true, Ordering::Release);
     worker.join().unwrap();
+
     let ends = shared.ends.load(SeqCst);
     assert_eq!(ends, 1, "active reached 0 {ends} times");
     outcome.by_worker = shared.by_worker.load(SeqCst);
