@@ -1,5 +1,6 @@
 //! One node's kernel call: placing its outputs (in place, in the plan's arena, from the thread's
-//! cache or the pool), binding its inputs, calling the kernel, and checking what it left.
+//! cache or the pool), binding its inputs and calling the kernel. Its end, the checks of what the
+//! kernel left included, is `conclude.rs`.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
@@ -13,14 +14,12 @@ use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::pending::{Called, PendingNode};
 use super::recycle::Step;
 use super::scratch::Scratch;
-use super::state::{lock, panic_text, RunState};
+use super::state::{panic_text, RunState};
 use crate::error::{err, Error, ErrorKind, Result};
-use crate::graph::{Graph, OutputSize};
+use crate::graph::OutputSize;
 use crate::kernel::{Buffer, DynamicOutputs, KernelCtx, Slot};
 use crate::pool::{sanitize, Owner, NEVER};
-use crate::sched::Sample;
-use crate::tensor::{Tensor, MAX_DIMS};
-use crate::trace::NodeEvent;
+use crate::tensor::Tensor;
 
 impl RunState<'_> {
     /// The input whose buffer output `k` (of `n` bytes) of `node` may take over, if the node
@@ -52,10 +51,17 @@ impl RunState<'_> {
 
     /// With the pool's red zones on: after a kernel ran, checks the guards around its outputs
     /// and inputs, and names the node if it wrote out of bounds.
+    #[inline(always)]
     pub(super) fn check_red_zones(&self, node: u32, outputs: &[Slot]) -> Result<()> {
-        if self.pool.config().red_zones == 0 {
-            return Ok(());
+        match self.pool.config().red_zones {
+            0 => Ok(()),
+            _ => self.check_guards(node, outputs),
         }
+    }
+
+    /// `check_red_zones`, with red zones on: off the path of runs without them.
+    #[inline(never)]
+    fn check_guards(&self, node: u32, outputs: &[Slot]) -> Result<()> {
         let g = self.graph;
         let intact = |b: Buffer| match std::ptr::NonNull::new(b.ptr.cast::<u8>()) {
             // SAFETY: `b` is a live pool block of this run, `block` bytes long.
@@ -99,7 +105,7 @@ impl RunState<'_> {
     /// Only the thread executing `node` may call this, once at a time: nothing else touches a
     /// node's output slots until it finishes (module docs of `state`).
     #[allow(clippy::mut_from_ref)]
-    unsafe fn output_slots(&self, values: Range<u32>) -> &mut [Slot] {
+    pub(super) unsafe fn output_slots(&self, values: Range<u32>) -> &mut [Slot] {
         let cells = &self.slots[values.start as usize..values.end as usize];
         // SAFETY: `UnsafeCell<Slot>` has the layout of `Slot`; exclusive per the contract.
         unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(cells.as_ptr()), cells.len()) }
@@ -108,7 +114,7 @@ impl RunState<'_> {
     /// Gives back what a node that failed holds in its output slots (a taken-over input stays
     /// its own, and arena slices are not the pool's) and empties them: its outputs never
     /// became values.
-    fn unplace(&self, outputs: &mut [Slot], in_place_output: Option<usize>) {
+    pub(super) fn unplace(&self, outputs: &mut [Slot], in_place_output: Option<usize>) {
         for (k, slot) in outputs.iter_mut().enumerate() {
             let buffer = std::mem::take(slot).buffer;
             if Some(k) != in_place_output {
@@ -364,9 +370,12 @@ impl RunState<'_> {
                 ),
             )),
         };
-        let called = Called {
+        // Made in each branch, where it is used: built once before them, the record lived in
+        // memory on every node's path (71 instructions a node, benches/c/instructions.sh).
+        let (thread, taken) = (scratch.thread, scratch.taken);
+        let called = move || Called {
             failure,
-            thread: scratch.thread,
+            thread,
             start,
             returned,
             sample,
@@ -374,12 +383,13 @@ impl RunState<'_> {
             reserved_dynamic,
             allocated,
             in_place_output,
-            taken: scratch.taken,
+            taken,
         };
         let Some(deferred) = deferred else {
-            self.conclude(node, outputs, called, None, scratch)?;
+            self.conclude(node, outputs, called(), None, scratch)?;
             return Ok(None);
         };
+        let called = called();
         if let Some(e) = &called.failure {
             // The run stops starting nodes now, not only once the work completes; the node's
             // blocks stay where they are until then.
@@ -388,99 +398,6 @@ impl RunState<'_> {
         let pending = PendingNode::from_ctx(deferred);
         pending.kernel_returned(self, node, called);
         Ok(Some(pending))
-    }
-
-    /// Ends a kernel call (`completion`: the time and error of a deferred one's completion):
-    /// tells the observer, learns, traces, and checks what the kernel left. On success the
-    /// node's outputs are values; on failure every block it took is back and its output slots
-    /// are empty.
-    fn conclude(
-        &self,
-        node: u32,
-        outputs: &mut [Slot],
-        called: Called,
-        completion: Option<(Instant, Option<String>)>,
-        scratch: &mut Scratch,
-    ) -> Result<()> {
-        let g = self.graph;
-        let deferred = completion.is_some();
-        // A completion that came before the kernel returned ends the node as the kernel returns.
-        let ended = match (&completion, called.returned) {
-            (Some((at, _)), Some(returned)) => Some(returned.max(*at)),
-            _ => called.returned,
-        };
-        let failure = called.failure.or_else(|| {
-            let (_, error) = completion.clone()?;
-            Some(Error::new(
-                ErrorKind::KernelFailed,
-                format!("node {} failed after deferring: {}", g.node_label(node), error?),
-            ))
-        });
-        if let (Some(observer), Some(start), Some(end)) = (self.observer, called.start, ended) {
-            let at = self.observation(node, called.thread, start, Some((end, failure.is_none())));
-            let _ = catch_unwind(AssertUnwindSafe(|| observer.node_finished(&at)));
-        }
-        if let (Some(start), Some(returned), Some(end)) = (called.start, called.returned, ended) {
-            let ns = end.duration_since(start).as_nanos() as u64;
-            if called.sample {
-                g.learn_sample(
-                    node,
-                    Sample {
-                        ns,
-                        thread_ns: deferred.then(|| returned.duration_since(start).as_nanos() as u64),
-                        width: called.width,
-                    },
-                );
-            }
-            if let Some(t) = &self.trace {
-                scratch.busy_ns += returned.duration_since(start).as_nanos() as u64;
-                let since = |t: Instant| t.duration_since(self.started).as_nanos() as u64;
-                let event = NodeEvent {
-                    node,
-                    thread: called.thread,
-                    start_ns: since(start),
-                    end_ns: since(returned),
-                    completed_ns: if deferred { since(end).max(1) } else { 0 },
-                    live_bytes: self.live.load(Ordering::Relaxed),
-                    reserved_bytes: self.pool.reserved_bytes(),
-                };
-                lock(&t.events).push(event);
-            }
-        }
-        let failure = failure.or_else(|| {
-            check_outputs(g, node, outputs)
-                .and_then(|_| self.check_red_zones(node, outputs))
-                .err()
-        });
-        if let Some(e) = failure {
-            // The slots hold every block the node took, dynamic ones included.
-            self.unplace(outputs, called.in_place_output);
-            self.sub_live(called.reserved_dynamic);
-            return Err(e);
-        }
-        // The outputs are values now: their slots hold their descriptors and blocks.
-        scratch.taken = called.taken;
-        if let Some(input) = called.taken {
-            // The block now belongs to the output's slot alone: the input's slot keeps only its
-            // size (the value's end in `finish_node` counts it), so that nothing, not even the
-            // sweep after a panic, gives the block back twice.
-            // SAFETY: this node is the input's last reader (`take_over`); nobody else touches it.
-            unsafe { (*self.slots[input as usize].get()).buffer.ptr = std::ptr::null_mut() };
-        }
-        if self.gate.is_none() {
-            // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
-            self.add_live(called.allocated);
-        }
-        Ok(())
-    }
-
-    /// Ends a pending node's kernel call once its completion came, on the thread that ends it.
-    pub(super) fn conclude_pending(&self, pending: &PendingNode, step: &Step, scratch: &mut Scratch) -> Result<()> {
-        let (_, node) = pending.run();
-        let (called, at, error) = pending.take();
-        // SAFETY: the node's outputs are its own until it ends, which is now, on this thread.
-        let outputs = unsafe { self.output_slots(step.values()) };
-        self.conclude(node, outputs, called, Some((at, error)), scratch)
     }
 }
 
@@ -548,33 +465,10 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
     }
 }
 
-/// After a kernel succeeded: every output exists, sits where the run put it, and fits.
-#[inline]
-fn check_outputs(g: &Graph, node: u32, outputs: &[Slot]) -> Result<()> {
-    for (k, Slot { tensor: t, buffer: b }) in outputs.iter().enumerate() {
-        let problem = if b.ptr.is_null() {
-            "is dynamic but the kernel did not allocate it".to_string()
-        } else if t.data != b.ptr {
-            format!("had its data pointer changed from {:p} to {:p}", b.ptr, t.data)
-        } else if t.nbytes > b.capacity {
-            format!("claims {} bytes but its buffer holds {}", t.nbytes, b.capacity)
-        } else if !(0..=MAX_DIMS as i32).contains(&t.ndim) {
-            format!("has ndim {}, outside 0..={MAX_DIMS}", t.ndim)
-        } else {
-            continue;
-        };
-        return err(
-            ErrorKind::KernelFailed,
-            format!("output {k} of node {} {problem}", g.node_label(node)),
-        );
-    }
-    Ok(())
-}
-
 impl RunState<'_> {
     /// What an observer is told of `node` on `thread`: started at `start`, ended at `end` (with
     /// whether it succeeded) if it has.
-    fn observation(
+    pub(super) fn observation(
         &self,
         node: u32,
         thread: u32,

@@ -41,6 +41,7 @@
 mod auto_plan;
 mod bind;
 mod cache;
+mod conclude;
 mod context;
 mod executor;
 #[doc(hidden)]

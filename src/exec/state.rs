@@ -429,8 +429,8 @@ impl<'r> RunState<'r> {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, &step, scratch)));
         match outcome.unwrap_or_else(|panic| Err(self.internal_error(node, "while running", &*panic))) {
             Ok(Some(pending)) => return Some(pending),
-            Ok(None) => self.end_node(node, &step, Ok(()), scratch),
-            Err(e) => self.end_node(node, &step, Err(e), scratch),
+            Ok(None) => self.end_node::<false>(node, &step, Ok(()), scratch),
+            Err(e) => self.end_node::<false>(node, &step, Err(e), scratch),
         }
         None
     }
@@ -441,9 +441,10 @@ impl<'r> RunState<'r> {
         let step = self.steps[node as usize];
         let concluded = catch_unwind(AssertUnwindSafe(|| self.conclude_pending(pending, &step, scratch)));
         let result = concluded.unwrap_or_else(|panic| Err(self.internal_error(node, "while ending", &*panic)));
-        self.end_node(node, &step, result, scratch);
+        self.end_node::<true>(node, &step, result, scratch);
     }
 
+    #[cold]
     fn internal_error(&self, node: u32, when: &str, panic: &(dyn std::any::Any + Send)) -> Error {
         Error::new(
             ErrorKind::KernelPanicked,
@@ -456,7 +457,11 @@ impl<'r> RunState<'r> {
     }
 
     /// After the kernel call ended: on failure, records it; on success, releases and readiness.
-    fn end_node(&self, node: u32, step: &Step, result: Result<()>, scratch: &mut Scratch) {
+    /// `PENDING` only gives the end of a pending node its own copy: shared with `execute`, the
+    /// panic guard around `finish_node` was no longer inlined there (11 instructions a node,
+    /// counted by benches/c/instructions.sh).
+    #[inline(always)]
+    fn end_node<const PENDING: bool>(&self, node: u32, step: &Step, result: Result<()>, scratch: &mut Scratch) {
         if let Err(e) = result {
             // Static reservations of a node that never produced: nothing will release them.
             self.sub_live(self.prio.output_bytes[node as usize]);
