@@ -7,20 +7,8 @@
 # Usage: benches/c/run_ops.sh   (env: ROUNDS=5, JOBS=1 build parallelism)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-build="$root/build-bench"
 rounds="${ROUNDS:-5}"
-jobs="${JOBS:-1}"
-export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-$jobs}"
-
-if [ ! -f /usr/include/oneapi/tbb.h ] && ! dpkg -s libtbb-dev >/dev/null 2>&1; then
-  echo "libtbb-dev missing: installing it with apt-get"
-  sudo_cmd=""
-  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
-  $sudo_cmd apt-get update
-  $sudo_cmd apt-get install -y libtbb-dev
-fi
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-      -DGRAPHSCHED_BUILD_BENCHMARKS=ON -DGRAPHSCHED_BUILD_TESTS=OFF >/dev/null
+source "$root/benches/c/bench_setup.sh"
 cmake --build "$build" -j "$jobs" --target ops_graphsched ops_tbb >/dev/null
 
 out="$(mktemp)"

@@ -5,21 +5,8 @@
 # Usage: benches/c/run_overhead.sh   (env: JOBS=1 build parallelism, TIMEOUT=300 s per program)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-build="$root/build-bench"
-jobs="${JOBS:-1}"
 limit="${TIMEOUT:-300}"
-export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-$jobs}"
-
-if [ ! -f /usr/include/oneapi/tbb.h ] && ! dpkg -s libtbb-dev >/dev/null 2>&1; then
-  echo "libtbb-dev missing: installing it with apt-get"
-  sudo_cmd=""
-  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
-  $sudo_cmd apt-get update
-  $sudo_cmd apt-get install -y libtbb-dev
-fi
-
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-      -DGRAPHSCHED_BUILD_BENCHMARKS=ON -DGRAPHSCHED_BUILD_TESTS=OFF
+source "$root/benches/c/bench_setup.sh"
 have_tbb=0
 # overhead_tbb exists only when find_package(TBB CONFIG) succeeded at configure time.
 if grep -q '^TBB_DIR:PATH=' "$build/CMakeCache.txt" && \

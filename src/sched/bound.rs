@@ -59,7 +59,23 @@ pub(super) fn ancestor_and_descendant_work<'a>(
     if n > MAX_EXACT_NODES || n == 0 {
         return (Vec::new(), Vec::new());
     }
-    // A topological order (Kahn), then ancestors(s) |= ancestors(v) | {v} along every edge.
+    // A topological order, then ancestors(s) |= ancestors(v) | {v} along every edge.
+    let order = topological_order(n, &succ);
+    let reach = Ancestors::new(n, &order, succ);
+    let (mut before, mut after) = (vec![0u64; n], vec![0u64; n]);
+    for v in 0..n {
+        for a in reach.of(v as u32) {
+            let a = a as usize;
+            before[v] = before[v].saturating_add(weight[a]);
+            after[a] = after[a].saturating_add(weight[v]);
+        }
+    }
+    (before, after)
+}
+
+/// The `n` nodes in an order where every node comes after its producers (Kahn's), from their
+/// consumer lists (any order, duplicates allowed).
+pub(super) fn topological_order<'a>(n: usize, succ: &impl Fn(u32) -> &'a [u32]) -> Vec<u32> {
     let mut indegree = vec![0u32; n];
     for v in 0..n as u32 {
         for &s in succ(v) {
@@ -78,16 +94,7 @@ pub(super) fn ancestor_and_descendant_work<'a>(
             }
         }
     }
-    let reach = Ancestors::new(n, &order, succ);
-    let (mut before, mut after) = (vec![0u64; n], vec![0u64; n]);
-    for v in 0..n {
-        for a in reach.of(v as u32) {
-            let a = a as usize;
-            before[v] = before[v].saturating_add(weight[a]);
-            after[a] = after[a].saturating_add(weight[v]);
-        }
-    }
-    (before, after)
+    order
 }
 
 /// The bound for `threads` threads from per-node figures (see the module docs). `before` and

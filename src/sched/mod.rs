@@ -290,25 +290,7 @@ impl Priorities {
     /// Top and bottom levels under other node durations (`path`), along the graph's edges.
     fn levels(&self, path: &[u64]) -> (Vec<u64>, Vec<u64>) {
         let n = path.len();
-        // A topological order (Kahn's), over the successor lists (one entry per input slot).
-        let mut indegree = vec![0u32; n];
-        for v in 0..n as u32 {
-            for &s in self.successors(v) {
-                indegree[s as usize] += 1;
-            }
-        }
-        let mut order: Vec<u32> = (0..n as u32).filter(|&v| indegree[v as usize] == 0).collect();
-        let mut next = 0;
-        while next < order.len() {
-            let v = order[next];
-            next += 1;
-            for &s in self.successors(v) {
-                indegree[s as usize] -= 1;
-                if indegree[s as usize] == 0 {
-                    order.push(s);
-                }
-            }
-        }
+        let order = bound::topological_order(n, &|v| self.successors(v));
         let mut top = vec![0u64; n];
         for &v in &order {
             for &s in self.successors(v) {
