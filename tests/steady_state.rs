@@ -78,18 +78,23 @@ fn allocations_of_a_steady_run(graph: &Arc<Graph>, options: &RunOptions<'_>, war
     fewest_allocations(|| drop(graphsched::run(graph, &pool, options).unwrap()))
 }
 
-/// The fewest heap allocations `f` made in three calls. The count is process-wide, and the test
-/// harness's own thread allocates when a test ends, which may fall inside the next test's
-/// measurement: an allocation of the run itself shows in every call.
+/// The fewest heap allocations `f` made in up to 20 calls, a millisecond apart. The count is
+/// process-wide, and the test harness's own thread allocates when a test ends (it starts the
+/// next test's thread), which may fall inside this test's measurements: on a loaded machine, all
+/// of three back-to-back calls of a one-node graph once caught some. An allocation of the run
+/// itself shows in every call.
 fn fewest_allocations(mut f: impl FnMut()) -> u64 {
-    (0..3)
-        .map(|_| {
-            let before = ALLOCS.load(Ordering::Relaxed);
-            f();
-            ALLOCS.load(Ordering::Relaxed) - before
-        })
-        .min()
-        .unwrap_or(0)
+    let mut fewest = u64::MAX;
+    for _ in 0..20 {
+        let before = ALLOCS.load(Ordering::Relaxed);
+        f();
+        fewest = fewest.min(ALLOCS.load(Ordering::Relaxed) - before);
+        if fewest == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    fewest
 }
 
 #[test]
