@@ -494,7 +494,8 @@ typedef struct gs_sim_result {
   // ancestors' work / threads plus its longest path (and the mirror), whichever is largest
   // (src/sched/bound.rs).
   uint64_t makespan_lb_ns;
-  // Longest path of estimates.
+  // Longest path of estimates, a parallel node's counting its work divided among the threads
+  // (so it depends on `threads` once runs have seen a kernel split its loops).
   uint64_t critical_path_ns;
   // Thread time of all nodes ([`Priorities::work`](crate::sched::Priorities::work)): their
   // estimates, unless runs have seen their kernels split loops or defer.

@@ -51,8 +51,6 @@ pub(super) struct Task {
 enum Chain {
     /// Every node it took on ran (or failed): the task leaves the run's `active` count.
     Done,
-    /// The window was full: the task waits in the window's deferred list, still counted.
-    Deferred,
     /// A kernel deferred its node's end (`pending.rs`): the node keeps the task's place in
     /// `active` and in the window until the task that ends it (`END`) runs.
     Pending,
@@ -350,13 +348,14 @@ impl Shared {
         // above 0 for ever. A window place taken and not given back would strand the deferred
         // tasks, so it is given back here.
         let in_window = std::cell::Cell::new(false);
+        // Set once the task's place in `active` belongs to a pending node: from then on the run
+        // may end on another thread at any moment, so not even the backstop may touch it.
+        let handed_over = std::cell::Cell::new(false);
         let chain = catch_unwind(AssertUnwindSafe(|| {
-            self.run_chain(run, first, local, scratch, &in_window)
+            self.run_chain(run, first, local, scratch, &in_window, &handed_over)
         }));
-        if let Ok(Chain::Deferred | Chain::Pending) = chain {
-            // The deferred task or pending node keeps this task's place in `active`, and may
-            // already have run and ended the run on another thread: nothing of it may be
-            // touched. `run_chain` handed the run this task's counts before letting go.
+        if matches!(chain, Ok(Chain::Pending)) || handed_over.get() {
+            // `run_chain` handed the run this task's counts before letting go.
             return;
         }
         if let Err(panic) = chain {
@@ -427,6 +426,7 @@ impl Shared {
         local: Option<Local<'_>>,
         scratch: &mut Scratch,
         in_window: &std::cell::Cell<bool>,
+        handed_over: &std::cell::Cell<bool>,
     ) -> Chain {
         // SAFETY: see `Task`: the run is alive while this task is counted in `active`.
         let state = unsafe { &*run };
@@ -443,13 +443,12 @@ impl Shared {
                 state.end_pending(&p, scratch);
             } else {
                 if let Some(window) = &state.window {
-                    // Once deferred, the task may be restarted and the run end on another
-                    // thread before `enter` returns: this task's counts go to the run first.
-                    state.flush(scratch);
-                    if !window.enter(node, reserved) {
-                        // Deferred: still counted in `active`, so the run is alive; restarted by
-                        // the next node that leaves the window.
-                        return Chain::Deferred;
+                    // Deferred: the entry gets its own place in `active` (under the window's
+                    // lock, see `Window::enter`); the next node that leaves the window restarts
+                    // it, and this task ends as any other.
+                    let count = || _ = state.active.fetch_add(1, Ordering::AcqRel);
+                    if !window.enter(node, reserved, count) {
+                        break;
                     }
                     in_window.set(true);
                 }
@@ -466,13 +465,16 @@ impl Shared {
                     // After this thread's arrival the node may end, and the run with it, on
                     // another thread: its counts go to the run first.
                     state.flush(scratch);
+                    handed_over.set(true);
                     if !p.kernel_arrives() {
                         // Pending: its completion queues its end, which gives the window place
                         // back.
                         in_window.set(false);
                         return Chain::Pending;
                     }
-                    // The work completed before the kernel returned: the node ends here.
+                    // The work completed before the kernel returned: the node ends here, and the
+                    // task keeps its place.
+                    handed_over.set(false);
                     state.end_pending(&p, scratch);
                 }
             }

@@ -139,7 +139,9 @@ impl RunState<'_> {
     }
 
     /// Runs a node's kernel: places its outputs in their slots, calls it, and checks what it
-    /// left. On failure every block the node took is back and its output slots are empty.
+    /// left. On failure every block the node took is back and its output slots are empty. A node
+    /// whose kernel deferred its end is returned instead, its blocks where they are: it is
+    /// checked, and cleaned up on failure, when it ends (`conclude_pending`).
     pub(super) fn run_kernel(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Result<Option<Arc<PendingNode>>> {
         scratch.taken = None;
         let first = step.first;

@@ -7,10 +7,13 @@
 //! - A slot is emptied by the thread whose decrement of the value's `refs` reached 0 (AcqRel), so
 //!   every reader has finished with it. Graph outputs hold one extra reference that only the
 //!   caller drops, after the run is over.
-//! - `active` counts the run's queued and running tasks. Each task pushes the successors it made
-//!   ready (incrementing `active`) before it decrements `active` for itself, so `active` reaches 0
-//!   exactly once: when nothing of the run is queued or running any more. After that decrement the
-//!   task touches nothing of the run, and the caller may drop it.
+//! - `active` counts the run's queued and running tasks, the tasks the window deferred, and its
+//!   pending nodes (each holds the place of the task that ran its kernel until the task that ends
+//!   it runs, `pending.rs`). Each task pushes the successors it made ready (incrementing
+//!   `active`) before it decrements `active` for itself, so `active` reaches 0 exactly once: when
+//!   nothing of the run is queued, running, deferred or pending any more. After that decrement,
+//!   or after handing its place to a pending node, the task touches nothing of the run, and the
+//!   caller may drop it.
 //!
 //! The run's parts live beside it: binding its inputs (`bind.rs`), memory admission
 //! (`gate.rs`), the window (`window.rs`), one node's kernel call (`kernel_call.rs`), the
@@ -94,8 +97,8 @@ pub(super) struct RunState<'r> {
     /// producer is never counted down: that producer makes it ready, and hands it over on its
     /// own thread or through a queue, which orders the slot writes as the count would.
     pub(super) pending: Box<[AtomicU32]>,
-    /// Queued and running tasks of the run (module docs): reaches 0 exactly once, when the run
-    /// is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
+    /// Queued, running and deferred tasks and pending nodes of the run (module docs): reaches 0
+    /// exactly once, when the run is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
     /// writes it: on its own cache line.
     pub active: CachePadded<AtomicUsize>,
     /// Set (Release) with the first error, read (Acquire) before starting a node; the error

@@ -11,8 +11,8 @@ use super::state::lock;
 /// happen under the lock the leaver takes, so no deferred task is forgotten.
 pub(super) struct Window {
     pub(super) cap: u32,
-    /// Nodes of the run executing now (a place taken optimistically and given back if over
-    /// `cap`). AcqRel; what keeps a deferred task from being forgotten is the `deferred` lock,
+    /// Nodes of the run in flight now, executing or pending (a place taken optimistically and
+    /// given back if over `cap`). AcqRel; what keeps a deferred task from being forgotten is the `deferred` lock,
     /// which both the last try of `enter` and `leave` take after changing the count.
     pub(super) running: AtomicU32,
     /// Deferred nodes, with whether their memory is reserved already (admitted while waiting).
@@ -20,8 +20,12 @@ pub(super) struct Window {
 }
 
 impl Window {
-    /// Takes a place in the window, or defers the node: false if it must wait.
-    pub fn enter(&self, node: u32, reserved: bool) -> bool {
+    /// Takes a place in the window, or defers the node: false if it must wait. `count` runs
+    /// under the lock, before the node goes on the list: it gives the deferred entry a place
+    /// of its own in the run's `active` count, so that the task that defers it still holds its
+    /// own place while it lets go of the lock (a leaver may restart the entry, and the run end,
+    /// the moment the lock is free).
+    pub fn enter(&self, node: u32, reserved: bool, count: impl FnOnce()) -> bool {
         if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
             return true;
         }
@@ -32,6 +36,7 @@ impl Window {
             return true;
         }
         self.running.fetch_sub(1, Ordering::AcqRel);
+        count();
         deferred.push((node, reserved));
         false
     }

@@ -47,8 +47,9 @@ struct Learned {
     /// Per op type, for kernels that split their work (`KernelCtx::parallel_for`): a moving
     /// average of the threads their loops ran on, in sixteenths (0: never measured in a loop).
     op_width: Vec<AtomicU64>,
-    /// Per op type, for kernels that defer their end (`KernelCtx::defer`): a moving average of
-    /// the time their kernels spent on a thread before returning (0: never deferred).
+    /// Per op type, once a kernel of it deferred its end (`KernelCtx::defer`): a moving average
+    /// of the time its kernels held their thread (a call that did not defer: all of its time);
+    /// 0 while none has deferred.
     op_thread_ns: Vec<AtomicU64>,
     /// Priorities for the current estimates, computed on first use and again when they move.
     priorities: Mutex<Option<Arc<Priorities>>>,
@@ -64,8 +65,9 @@ pub enum NodeKind {
     /// Its kernel splits loops over the executor's threads (`KernelCtx::parallel_for`): its work
     /// divides among the threads free when it starts.
     Parallel,
-    /// Its kernel defers its end (`KernelCtx::defer`): it holds a thread only until the kernel
-    /// returns, then stays in flight, off every thread, until its completion.
+    /// Its kernel defers its end (`KernelCtx::defer`), holding its thread for less than half
+    /// of its time on average: it holds a thread only until the kernel returns, then stays in
+    /// flight, off every thread, until its completion.
     Deferring,
 }
 

@@ -93,7 +93,8 @@ pub struct SimResult {
     /// ancestors' work / threads plus its longest path (and the mirror), whichever is largest
     /// (src/sched/bound.rs).
     pub makespan_lb_ns: u64,
-    /// Longest path of estimates.
+    /// Longest path of estimates, a parallel node's counting its work divided among the threads
+    /// (so it depends on `threads` once runs have seen a kernel split its loops).
     pub critical_path_ns: u64,
     /// Thread time of all nodes ([`Priorities::work`](crate::sched::Priorities::work)): their
     /// estimates, unless runs have seen their kernels split loops or defer.

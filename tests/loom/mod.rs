@@ -370,6 +370,7 @@ impl Run {
 
     /// The output's contents are written: by the kernel, or by the device for a deferred node.
     fn make(&self, node: usize) {
+        self.touch();
         let bytes = self.spec.bytes[node];
         // SAFETY: only this node writes its output's slot, before anyone may read it.
         self.slots[node].with_mut(|s| unsafe { *s = Slot { made: true, bytes } });
