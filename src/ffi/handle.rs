@@ -83,11 +83,10 @@ pub(crate) unsafe fn free_handle_with<T: Handle>(handle: *mut T, arg: &str, disp
     if handle.is_null() {
         return;
     }
-    match registry::unregister(handle as usize, T::TAG) {
-        // SAFETY: registered by `into_handle_boxed`, so it came from `Box::into_raw`; the slot is
-        // no longer live, so nobody frees it twice.
-        Some(addr) => dispose(unsafe { Box::from_raw(addr as *mut T) }),
-        None => set_last_error(&invalid::<T>(handle, arg).message),
+    // SAFETY: the caller's promise.
+    match unsafe { take_handle(handle, arg) } {
+        Ok(object) => dispose(object),
+        Err(e) => set_last_error(&e.message),
     }
 }
 

@@ -128,24 +128,7 @@ impl Priorities {
         let weight: Vec<u64> = (0..n as u32).map(|v| g.expected_ns(v)).collect();
         let work: Vec<u64> = (0..n as u32).map(|v| g.work_ns(v)).collect();
         let kind: Vec<NodeKind> = (0..n as u32).map(|v| g.node_kind(v)).collect();
-        let topo = g.topological_order();
-        let mut bottom_level = vec![0u64; n];
-        for &v in topo.iter().rev() {
-            let best = g
-                .successors(v)
-                .iter()
-                .map(|&s| bottom_level[s as usize])
-                .max()
-                .unwrap_or(0);
-            bottom_level[v as usize] = weight[v as usize].saturating_add(best);
-        }
-        let mut top_level = vec![0u64; n];
-        for &v in topo {
-            for &s in g.successors(v) {
-                let t = top_level[v as usize].saturating_add(weight[v as usize]);
-                top_level[s as usize] = top_level[s as usize].max(t);
-            }
-        }
+        let (top_level, bottom_level) = levels(g.topological_order(), |v| g.successors(v), &weight);
         let critical_path_ns = bottom_level.iter().copied().max().unwrap_or(0);
         let slack: Vec<u64> = (0..n)
             .map(|v| critical_path_ns.saturating_sub(top_level[v] + bottom_level[v]))
@@ -283,32 +266,9 @@ impl Priorities {
                 _ => self.weight[v],
             })
             .collect();
-        let (top, bottom) = self.levels(&path);
+        let order = bound::topological_order(path.len(), &|v| self.successors(v));
+        let (top, bottom) = levels(&order, |v| self.successors(v), &path);
         bound::makespan_bound(threads, &path, &self.work, &top, &bottom, before, after)
-    }
-
-    /// Top and bottom levels under other node durations (`path`), along the graph's edges.
-    fn levels(&self, path: &[u64]) -> (Vec<u64>, Vec<u64>) {
-        let n = path.len();
-        let order = bound::topological_order(n, &|v| self.successors(v));
-        let mut top = vec![0u64; n];
-        for &v in &order {
-            for &s in self.successors(v) {
-                let t = top[v as usize].saturating_add(path[v as usize]);
-                top[s as usize] = top[s as usize].max(t);
-            }
-        }
-        let mut bottom = vec![0u64; n];
-        for &v in order.iter().rev() {
-            let best = self
-                .successors(v)
-                .iter()
-                .map(|&s| bottom[s as usize])
-                .max()
-                .unwrap_or(0);
-            bottom[v as usize] = path[v as usize].saturating_add(best);
-        }
-        (top, bottom)
     }
 
     /// Consumers of `node`, one per input slot, most urgent first under `policy`.
@@ -369,6 +329,25 @@ impl Priorities {
 /// graph whose kernels never defer runs as without one.
 pub fn window_cap(window: usize) -> Option<usize> {
     (window != 0).then_some(window)
+}
+
+/// Top and bottom levels (the longest path ending before a node, and from it on, the node
+/// included) under `weight`, along `order` (topological) and the consumer lists `succ`.
+fn levels<'a>(order: &[u32], succ: impl Fn(u32) -> &'a [u32], weight: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let n = weight.len();
+    let mut top = vec![0u64; n];
+    for &v in order {
+        for &s in succ(v) {
+            let t = top[v as usize].saturating_add(weight[v as usize]);
+            top[s as usize] = top[s as usize].max(t);
+        }
+    }
+    let mut bottom = vec![0u64; n];
+    for &v in order.iter().rev() {
+        let best = succ(v).iter().map(|&s| bottom[s as usize]).max().unwrap_or(0);
+        bottom[v as usize] = weight[v as usize].saturating_add(best);
+    }
+    (top, bottom)
 }
 
 /// One longest path: from the first source on one, each step to the first successor that stays
