@@ -114,6 +114,7 @@ impl std::ops::DerefMut for HeapGuard<'_> {
 }
 
 impl Drop for HeapGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.0.live.store(self.stats.live_bytes, Ordering::Relaxed);
         self.0.locked.store(false, Ordering::Release);
@@ -136,10 +137,20 @@ impl Heap {
 
     #[inline]
     fn lock(&self) -> HeapGuard<'_> {
-        // The holder keeps it for a few table operations (or one central call): spin, then
-        // yield, rather than park.
+        if self.locked.swap(true, Ordering::Acquire) {
+            self.wait_for_lock();
+        }
+        HeapGuard(self)
+    }
+
+    /// The lock is held (by another thread draining, reading counts or releasing one of this
+    /// heap's blocks): it keeps it for a few table operations or one central call, so spin,
+    /// then yield, rather than park.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_lock(&self) {
         let mut spins = 0u32;
-        while self.locked.swap(true, Ordering::Acquire) {
+        loop {
             while self.locked.load(Ordering::Relaxed) {
                 if spins < 100 {
                     spins += 1;
@@ -148,46 +159,28 @@ impl Heap {
                     std::thread::yield_now();
                 }
             }
+            if !self.locked.swap(true, Ordering::Acquire) {
+                return;
+            }
         }
-        HeapGuard(self)
     }
 
     /// A block of `nbytes`, counted as handed out here; None if the central pool could not lend
-    /// one. Small return values only: this is the path of every acquire.
+    /// one. This is the path of every acquire: a small request whose bin has a block is served
+    /// inline, everything else out of line.
     #[inline]
     pub fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let mut st = self.lock();
-        let (block, class) = match pool.is_small(nbytes) {
-            true => {
-                let class = classes.index(nbytes);
-                (classes.size(class), Some(class))
-            }
-            false => (Arena::block_size(nbytes).expect("checked by the pool"), None),
-        };
-        let (addr, hit) = match st.bin(block, class).and_then(Bin::pop) {
-            Some(addr) => {
+        if pool.is_small(nbytes) {
+            let class = classes.index(nbytes);
+            if let Some(addr) = st.small[class].pop() {
+                let block = classes.size(class);
                 st.free_bytes -= block;
-                if class.is_none() {
-                    st.large_free_bytes -= block;
-                }
-                (addr, true)
+                st.hand_out(pool, addr, block, nbytes, class as u8 + 1, true);
+                return Some(addr);
             }
-            None => refill(&mut st, pool, nbytes, block, class)?,
-        };
-        st.out.insert(
-            addr,
-            Out {
-                block,
-                requested: nbytes,
-                class: class.map_or(0, |c| c as u8 + 1),
-            },
-        );
-        let s = &mut st.stats;
-        s.acquires += 1;
-        s.cache_hits += hit as u64;
-        s.live_bytes += nbytes as u64;
-        s.peak_live_bytes = s.peak_live_bytes.max(s.live_bytes + pool.central_live());
-        Some(addr)
+        }
+        acquire_slow(st, pool, classes, nbytes)
     }
 
     /// Takes back a block it has out; false if it has no such block out.
@@ -216,6 +209,25 @@ impl Heap {
 }
 
 impl HeapState {
+    /// Records `addr` (a block of `block` bytes, `class` as in [`Out`]) as handed out for
+    /// `nbytes`; `hit` if it came from a bin.
+    #[inline]
+    fn hand_out(&mut self, pool: &Pool, addr: usize, block: usize, nbytes: usize, class: u8, hit: bool) {
+        self.out.insert(
+            addr,
+            Out {
+                block,
+                requested: nbytes,
+                class,
+            },
+        );
+        let s = &mut self.stats;
+        s.acquires += 1;
+        s.cache_hits += hit as u64;
+        s.live_bytes += nbytes as u64;
+        s.peak_live_bytes = s.peak_live_bytes.max(s.live_bytes + pool.central_live());
+    }
+
     /// The free list of blocks of `size` bytes (of slab class `class`, if given); None for a
     /// large size when `LARGE_BINS` other sizes have blocks waiting.
     #[inline]
@@ -255,37 +267,66 @@ impl HeapState {
         self.large_free_bytes = 0;
     }
 
-    /// Takes back a block it has out; false if it has no such block out.
+    /// Takes back a block it has out; false if it has no such block out. A small block goes to
+    /// its bin inline; a large one, or one the bins have no room for, out of line.
     #[inline]
     fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
-        let Some(Out {
-            block,
-            requested,
-            class,
-        }) = self.out.remove(addr)
-        else {
+        let Some(out) = self.out.remove(addr) else {
             return false;
         };
         if sanitize::active() {
             // Before the block goes to the bin, from where it may be handed out again.
             sanitize::retire(pool.mempool, addr as *const u8);
-            sanitize::hide(addr as *const u8, block);
+            sanitize::hide(addr as *const u8, out.block);
         }
         self.stats.releases += 1;
-        self.stats.live_bytes -= requested as u64;
-        let over = self.free_bytes + block > HEAP_FREE_BYTES;
-        let class = class.checked_sub(1).map(usize::from);
-        let kept = !over && self.bin(block, class).is_some_and(|bin| bin.push(addr));
-        if kept {
-            self.free_bytes += block;
-            if class.is_none() {
-                self.large_free_bytes += block;
-            }
+        self.stats.live_bytes -= out.requested as u64;
+        let fits = self.free_bytes + out.block <= HEAP_FREE_BYTES;
+        if fits && out.class != 0 && self.small[usize::from(out.class - 1)].push(addr) {
+            self.free_bytes += out.block;
         } else {
-            pool.lock().reclaim(addr);
+            self.put_back_slow(pool, addr, out.block, fits && out.class == 0);
         }
         true
     }
+
+    /// The rest of [`take_back`](Self::take_back): a large block that fits under the heap's
+    /// free bytes goes to its bin if it has room, any other block back to the central pool.
+    #[cold]
+    #[inline(never)]
+    fn put_back_slow(&mut self, pool: &Pool, addr: usize, block: usize, large_fits: bool) {
+        if large_fits && self.bin(block, None).is_some_and(|bin| bin.push(addr)) {
+            self.free_bytes += block;
+            self.large_free_bytes += block;
+        } else {
+            pool.lock().reclaim(addr);
+        }
+    }
+}
+
+/// [`Heap::acquire`] when the request is large or its bin is empty.
+#[cold]
+#[inline(never)]
+fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
+    let (block, class) = match pool.is_small(nbytes) {
+        true => {
+            let class = classes.index(nbytes);
+            (classes.size(class), Some(class))
+        }
+        false => (Arena::block_size(nbytes).expect("checked by the pool"), None),
+    };
+    let (addr, hit) = match st.bin(block, class).and_then(Bin::pop) {
+        Some(addr) => {
+            st.free_bytes -= block;
+            if class.is_none() {
+                st.large_free_bytes -= block;
+            }
+            (addr, true)
+        }
+        None => refill(&mut st, pool, nbytes, block, class)?,
+    };
+    st.hand_out(pool, addr, block, nbytes, class.map_or(0, |c| c as u8 + 1), hit);
+    Some(addr)
 }
 
 /// Borrows blocks of `block` bytes from the central pool for a request of `nbytes` that found

@@ -156,12 +156,28 @@ impl Pool {
     }
 
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
+    #[inline]
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        Self::check_request(nbytes)?;
-        match self.heaps.acquire(self, nbytes) {
-            Some(addr) => Ok(self.hand_out(addr, nbytes, zero)),
-            None => self.acquire_until(nbytes, zero, NEVER, Owner::Caller),
+        // A positive request below the large threshold is valid: no further checks inline.
+        if nbytes != 0 && self.is_small(nbytes) {
+            if let Some(addr) = self.heaps.acquire(self, nbytes) {
+                return Ok(self.hand_out(addr, nbytes, zero));
+            }
         }
+        self.acquire_large_or_central(nbytes, zero)
+    }
+
+    /// [`acquire`](Self::acquire) of a large block, or of any block when the thread's heap could
+    /// not serve it: out of line, so that the usual path stays short.
+    #[inline(never)]
+    fn acquire_large_or_central(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
+        Self::check_request(nbytes)?;
+        if !self.is_small(nbytes) {
+            if let Some(addr) = self.heaps.acquire(self, nbytes) {
+                return Ok(self.hand_out(addr, nbytes, zero));
+            }
+        }
+        self.acquire_until(nbytes, zero, NEVER, Owner::Caller)
     }
 
     /// Whether a request of `nbytes` (red zones included) comes from the slabs.
@@ -216,11 +232,13 @@ impl Pool {
     }
 
     /// Of `central` bytes out of the central pool, the live ones: parked blocks are not.
+    #[inline]
     fn unparked(&self, central: u64) -> u64 {
         central.saturating_sub(self.published.parked.load(Ordering::Relaxed))
     }
 
     /// The central pool's live bytes as its lock's last holder left them.
+    #[inline]
     fn central_live(&self) -> u64 {
         self.unparked(self.published.live.load(Ordering::Relaxed))
     }
@@ -421,6 +439,7 @@ impl Pool {
     /// If `ptr` is a live block of this pool, the caller owns it (it came from this pool's
     /// `acquire`, not from a run, whose buffers belong to the run or its result) and nobody uses
     /// it after this call: the pool may hand its bytes to someone else at once.
+    #[inline]
     pub unsafe fn release(&self, ptr: NonNull<u8>) -> Result<()> {
         if self.heaps.release(self, ptr) {
             return Ok(());
