@@ -155,7 +155,10 @@ impl RunState<'_> {
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
             cache.settle(self.pool);
-            release_many(self.pool, cache.blocks.drain(..), self.sequential);
+            if !cache.blocks.is_empty() {
+                // An empty cache takes no lock (a one-node graph's run ends with one).
+                release_many(self.pool, cache.blocks.drain(..), self.sequential);
+            }
             cache.streak = (0, 0);
         }
     }

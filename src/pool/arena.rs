@@ -65,6 +65,8 @@ pub(super) struct Arena {
     used: BTreeMap<usize, Used>,
     /// Released blocks by exact size, not yet coalesced (still in `used`).
     recent: HashMap<usize, Vec<usize>, BuildHasherDefault<AddrHasher>>,
+    /// Blocks in `recent`: none, and `settle` has nothing to do.
+    waiting: usize,
     /// start -> end; page aligned, disjoint, always inside free blocks.
     decommitted: BTreeMap<usize, usize>,
     mapped: usize,
@@ -81,6 +83,7 @@ impl Arena {
             by_size: BTreeSet::new(),
             used: BTreeMap::new(),
             recent: HashMap::default(),
+            waiting: 0,
             decommitted: BTreeMap::new(),
             mapped: 0,
             decommitted_bytes: 0,
@@ -103,6 +106,7 @@ impl Arena {
     pub fn alloc(&mut self, nbytes: usize, tick_of: &dyn Fn(usize) -> u64) -> Result<usize> {
         let n = Self::block_size(nbytes).expect("checked by the pool");
         if let Some(addr) = self.recent.get_mut(&n).and_then(Vec::pop) {
+            self.waiting -= 1;
             return Ok(addr);
         }
         self.settle();
@@ -183,13 +187,20 @@ impl Arena {
             "released with its own size"
         );
         self.recent.entry(n).or_default().push(addr);
+        self.waiting += 1;
+    }
+
+    /// Whether blocks wait in the recent lists (`settle` would coalesce them).
+    pub fn unsettled(&self) -> bool {
+        self.waiting > 0
     }
 
     /// Coalesces every block waiting in the recent lists into the free space.
     pub fn settle(&mut self) {
-        if self.recent.values().all(Vec::is_empty) {
+        if self.waiting == 0 {
             return;
         }
+        self.waiting = 0;
         for (_, blocks) in std::mem::take(&mut self.recent) {
             for addr in blocks {
                 self.coalesce(addr);

@@ -115,6 +115,8 @@ impl Drop for Locked<'_> {
             .store(self.state.committed() as u64, Ordering::Relaxed);
         published.os_allocs.store(self.state.os_allocs(), Ordering::Relaxed);
         published.live.store(self.state.stats.live_bytes, Ordering::Relaxed);
+        let unsettled = self.state.small.unsettled() || self.state.large.unsettled();
+        published.unsettled.store(unsettled, Ordering::Relaxed);
     }
 }
 

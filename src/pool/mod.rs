@@ -52,7 +52,7 @@ mod settings;
 mod slab;
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use arena::Arena;
@@ -98,6 +98,8 @@ struct Published {
     /// Of `live`, the bytes of blocks parked in sequential runs' caches: out of the central pool
     /// but held by no value, so not live. Changed without the lock (`park`, `unpark`).
     parked: AtomicU64,
+    /// Whether released blocks wait to be coalesced (`Pool::settle` has work to do).
+    unsettled: AtomicBool,
     /// The highest live bytes seen: `live - parked` plus the heaps' bytes out. Raised (fetch_max)
     /// by the central pool under its lock and by `unpark` without it.
     peak_live: AtomicU64,
@@ -514,7 +516,10 @@ impl Pool {
     /// new memory).
     pub fn settle(&self) {
         self.heaps.drain(self);
-        self.lock().settle();
+        // Nothing waits to be coalesced: no lock (runs start with a settle).
+        if self.published.unsettled.load(Ordering::Relaxed) {
+            self.lock().settle();
+        }
     }
 
     /// Gives every free byte back to the system and unmaps regions that hold no block.
