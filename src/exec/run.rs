@@ -352,64 +352,69 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
     let threads = options.executor.map_or(1, Executor::threads);
-    let mut state = RunState::new(
-        graph,
-        pool,
-        &prio,
-        StateOptions {
-            memory_limit: options.memory_limit_bytes,
-            window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
-            learn: !options.freeze_estimates,
-            policy: options.policy,
-            parallel: options.executor.is_some(),
-            threads,
-            trace: options.trace,
-            plan,
-            cancel: options.cancel,
-            deadline: options.deadline,
-            hints,
-            context: super::RunContext {
-                data: options.data,
-                pool,
-                executor: options.executor,
+    // A block, so that the state drops where it lies: `drop(state)` moved it whole first.
+    let (outputs, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
+        let mut state = RunState::new(
+            graph,
+            pool,
+            &prio,
+            StateOptions {
+                memory_limit: options.memory_limit_bytes,
+                window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
+                learn: !options.freeze_estimates,
+                policy: options.policy,
+                parallel: options.executor.is_some(),
+                threads,
+                trace: options.trace,
+                plan,
+                cancel: options.cancel,
+                deadline: options.deadline,
+                hints,
+                context: super::RunContext {
+                    data: options.data,
+                    pool,
+                    executor: options.executor,
+                },
+                observer: options.observer,
+                started: start,
             },
-            observer: options.observer,
-            started: start,
-        },
-    );
-    state.bind(options.inputs)?;
-    state.take_arena_from_pool()?;
-    match options.executor {
-        Some(executor) => {
-            executor.drive(&state, &prio.roots);
-        }
-        None => in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
-    }
-    state.flush_caches();
-    // Dropping `state` on failure returns every buffer it holds.
-    if let Some(e) = state.take_error() {
-        return Err(e);
-    }
-    let (nodes_run, _, _) = state.stats();
-    let operators = graph.node_count() - graph.graph_inputs().len();
-    if nodes_run as usize != operators {
-        // A run that ends early without an error would hand back missing outputs: never.
-        return err(
-            ErrorKind::KernelPanicked,
-            format!(
-                "internal error: the run ended with {} of {operators} nodes executed",
-                nodes_run
-            ),
         );
-    }
-    let mut outputs = take_output_list(graph);
-    outputs.extend(graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))));
-    state.drained = true;
-    let (nodes_run, peak_live_bytes, acquires) = state.stats();
-    let busy_ns = state.busy_ns();
-    let events = state.take_events();
-    let arena = state.take_arena();
-    drop(state);
+        state.bind(options.inputs)?;
+        state.take_arena_from_pool()?;
+        match options.executor {
+            Some(executor) => {
+                executor.drive(&state, &prio.roots);
+            }
+            None => in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
+        }
+        state.flush_caches();
+        // Dropping `state` on failure returns every buffer it holds.
+        if let Some(e) = state.take_error() {
+            return Err(e);
+        }
+        let (nodes_run, _, _) = state.stats();
+        let operators = graph.node_count() - graph.graph_inputs().len();
+        if nodes_run as usize != operators {
+            // A run that ends early without an error would hand back missing outputs: never.
+            return err(
+                ErrorKind::KernelPanicked,
+                format!(
+                    "internal error: the run ended with {} of {operators} nodes executed",
+                    nodes_run
+                ),
+            );
+        }
+        let mut outputs = take_output_list(graph);
+        outputs.extend(graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))));
+        state.drained = true;
+        (
+            outputs,
+            state.stats(),
+            state.busy_ns(),
+            state.take_events(),
+            state.take_arena(),
+        )
+    };
     let stats = RunStats {
         wall_ns: start.elapsed().as_nanos() as u64,
         nodes_run,

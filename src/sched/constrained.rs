@@ -76,6 +76,7 @@ impl Priorities {
             succ_by_level,
             basis: self.basis.clone(),
             kinds_basis: self.kinds_basis.clone(),
+            basis_samples: self.basis_samples,
         }
     }
 }

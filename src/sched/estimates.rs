@@ -53,6 +53,9 @@ struct Learned {
     op_thread_ns: Vec<AtomicU64>,
     /// Priorities for the current estimates, computed on first use and again when they move.
     priorities: Mutex<Option<Arc<Priorities>>>,
+    /// Samples folded in so far: priorities computed since the last one are current.
+    /// Release after the estimates it counts, Acquire where read.
+    samples: AtomicU64,
 }
 
 /// How a node spends its time, as runs have seen its op type's kernels: before any run, and
@@ -108,6 +111,7 @@ fn learned(g: &Graph) -> &Learned {
         op_width: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         op_thread_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         priorities: Mutex::new(None),
+        samples: AtomicU64::new(0),
     })
 }
 
@@ -162,6 +166,13 @@ impl Graph {
                 sample.thread_ns.unwrap_or(sample.ns).min(sample.ns),
             );
         }
+        l.samples.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many samples runs have folded into the learned estimates: unchanged, the estimates
+    /// are as they were.
+    pub fn learned_samples(&self) -> u64 {
+        learned(self).samples.load(Ordering::Acquire)
     }
 
     /// How runs have seen an op type's kernels spend their time.
