@@ -6,7 +6,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::arena::Arena;
+use super::arena::{Arena, GRAIN};
 use super::central::Locked;
 use super::out_table::{Out, OutTable};
 use super::sanitize;
@@ -165,20 +165,26 @@ impl Heap {
         }
     }
 
-    /// A block of `nbytes`, counted as handed out here; None if the central pool could not lend
-    /// one. This is the path of every acquire: a small request whose bin has a block is served
-    /// inline, everything else out of line.
+    /// A block of `nbytes` (positive, at most `MAX_VALUE_BYTES`), counted as handed out here;
+    /// None if the central pool could not lend one. This is the path of every acquire: a
+    /// request whose bin has a block is served inline, a refill out of line.
     #[inline]
     pub fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let mut st = self.lock();
-        if pool.is_small(nbytes) {
-            let class = classes.index(nbytes);
-            if let Some(addr) = st.small[class].pop() {
-                let block = classes.size(class);
-                st.free_bytes -= block;
-                st.hand_out(pool, addr, block, nbytes, class as u8 + 1, true);
-                return Some(addr);
+        let (block, class) = match pool.is_small(nbytes) {
+            true => {
+                let class = classes.index(nbytes);
+                (classes.size(class), class as u8 + 1)
             }
+            false => (nbytes.next_multiple_of(GRAIN), 0),
+        };
+        if let Some(addr) = st.bin_of(block, class).and_then(Bin::pop) {
+            st.free_bytes -= block;
+            if class == 0 {
+                st.large_free_bytes -= block;
+            }
+            st.hand_out(pool, addr, block, nbytes, class, true);
+            return Some(addr);
         }
         acquire_slow(st, pool, classes, nbytes)
     }
@@ -267,8 +273,24 @@ impl HeapState {
         self.large_free_bytes = 0;
     }
 
-    /// Takes back a block it has out; false if it has no such block out. A small block goes to
-    /// its bin inline; a large one, or one the bins have no room for, out of line.
+    /// The bin of blocks of `block` bytes (slab class `class` - 1, or 0 for a large block), if
+    /// the heap has one: a large size's is searched for among at most `LARGE_BINS`, the
+    /// newest size first to be tried.
+    #[inline]
+    fn bin_of(&mut self, block: usize, class: u8) -> Option<&mut Bin> {
+        match class {
+            0 => self
+                .large
+                .iter_mut()
+                .find(|(size, _)| *size == block)
+                .map(|(_, bin)| bin),
+            c => Some(&mut self.small[usize::from(c - 1)]),
+        }
+    }
+
+    /// Takes back a block it has out; false if it has no such block out. A block whose bin has
+    /// room goes there inline; one that needs a new bin or goes back to the central pool, out
+    /// of line.
     #[inline]
     fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
         let Some(out) = self.out.remove(addr) else {
@@ -282,8 +304,11 @@ impl HeapState {
         self.stats.releases += 1;
         self.stats.live_bytes -= out.requested as u64;
         let fits = self.free_bytes + out.block <= HEAP_FREE_BYTES;
-        if fits && out.class != 0 && self.small[usize::from(out.class - 1)].push(addr) {
+        if fits && self.bin_of(out.block, out.class).is_some_and(|bin| bin.push(addr)) {
             self.free_bytes += out.block;
+            if out.class == 0 {
+                self.large_free_bytes += out.block;
+            }
         } else {
             self.put_back_slow(pool, addr, out.block, fits && out.class == 0);
         }
@@ -291,7 +316,8 @@ impl HeapState {
     }
 
     /// The rest of [`take_back`](Self::take_back): a large block that fits under the heap's
-    /// free bytes goes to its bin if it has room, any other block back to the central pool.
+    /// free bytes goes to a new bin if one can be had, any other block back to the central
+    /// pool.
     #[cold]
     #[inline(never)]
     fn put_back_slow(&mut self, pool: &Pool, addr: usize, block: usize, large_fits: bool) {
@@ -304,7 +330,7 @@ impl HeapState {
     }
 }
 
-/// [`Heap::acquire`] when the request is large or its bin is empty.
+/// [`Heap::acquire`] when the request's bin is empty or missing: a refill.
 #[cold]
 #[inline(never)]
 fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {

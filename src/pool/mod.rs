@@ -160,25 +160,19 @@ impl Pool {
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     #[inline]
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        // A positive request below the large threshold is valid: no further checks inline.
-        if nbytes != 0 && self.is_small(nbytes) {
+        // What `check_request` accepts: no further checks inline.
+        if nbytes != 0 && nbytes <= MAX_VALUE_BYTES {
             if let Some(addr) = self.heaps.acquire(self, nbytes) {
                 return Ok(self.hand_out(addr, nbytes, zero));
             }
         }
-        self.acquire_large_or_central(nbytes, zero)
+        self.acquire_central(nbytes, zero)
     }
 
-    /// [`acquire`](Self::acquire) of a large block, or of any block when the thread's heap could
-    /// not serve it: out of line, so that the usual path stays short.
+    /// [`acquire`](Self::acquire) when the thread's heap could not serve it (or the request is
+    /// invalid): out of line, so that the usual path stays short.
     #[inline(never)]
-    fn acquire_large_or_central(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        Self::check_request(nbytes)?;
-        if !self.is_small(nbytes) {
-            if let Some(addr) = self.heaps.acquire(self, nbytes) {
-                return Ok(self.hand_out(addr, nbytes, zero));
-            }
-        }
+    fn acquire_central(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
         self.acquire_until(nbytes, zero, NEVER, Owner::Caller)
     }
 
