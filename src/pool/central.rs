@@ -159,9 +159,13 @@ impl State {
     fn take(&mut self, request: Request, large_threshold: u64) -> Result<(usize, bool)> {
         let commits = self.os_allocs();
         let addr = self.place(request, large_threshold)?;
-        let reserved = self.committed() as u64;
-        self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
-        Ok((addr, self.os_allocs() != commits))
+        let committed = self.os_allocs() != commits;
+        if committed {
+            // Reserved bytes grow only by committing memory.
+            let reserved = self.committed() as u64;
+            self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
+        }
+        Ok((addr, committed))
     }
 
     fn place(&mut self, request: Request, large_threshold: u64) -> Result<usize> {

@@ -487,17 +487,19 @@ impl Pool {
     ) -> Result<()> {
         let mut st = self.lock();
         let mut first_error = Ok(());
+        let before = st.stats.live_bytes;
         for p in ptrs {
-            let before = st.stats.live_bytes;
             let result = self.take_back(&mut st, p, by);
-            if parked {
-                self.published
-                    .parked
-                    .fetch_sub(before - st.stats.live_bytes, Ordering::Relaxed);
-            }
             if first_error.is_ok() {
                 first_error = result;
             }
+        }
+        if parked {
+            // Once for the batch, still under the lock: `stats` reads both under it, and
+            // the new `live` is published only when it goes.
+            self.published
+                .parked
+                .fetch_sub(before - st.stats.live_bytes, Ordering::Relaxed);
         }
         if self.config.max_pool_bytes != 0 {
             st.shrink_to(self.config.max_pool_bytes as usize);

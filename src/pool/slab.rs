@@ -7,6 +7,7 @@
 //! Each slab records which of its blocks are live, for whom and how large, so that the pool
 //! checks a release without a map of every live block.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
@@ -114,6 +115,10 @@ pub(super) struct Slabs {
     /// Slab ids by page (address >> `PAGE_SHIFT`): the slabs overlapping it, `NO_SLAB` for
     /// none. A release finds its slab with one hash lookup instead of an ordered search.
     by_page: HashMap<usize, [u32; 2], BuildHasherDefault<AddrHasher>>,
+    /// The slab `find` found last: blocks often go back in runs from one slab (a run's cache
+    /// giving back what it took in a batch), each then found without a hash lookup. Checked
+    /// against the slab now under that id, so a freed or reused id is only a miss.
+    last_found: Cell<u32>,
 }
 
 impl Slabs {
@@ -127,6 +132,7 @@ impl Slabs {
             slabs: Vec::new(),
             spare_ids: Vec::new(),
             by_page: HashMap::default(),
+            last_found: Cell::new(NO_SLAB),
         }
     }
 
@@ -159,11 +165,19 @@ impl Slabs {
 
     /// The live block that starts at `addr`, if one does.
     pub fn find(&self, addr: usize) -> Option<Found> {
-        let ids = self.by_page.get(&(addr >> PAGE_SHIFT))?;
-        let (id, slab) = ids.iter().filter(|&&id| id != NO_SLAB).find_map(|&id| {
-            let slab = self.slabs[id as usize].as_ref().expect("listed slabs are live");
+        let holds = |id: u32| {
+            let slab = self.slabs.get(id as usize)?.as_ref()?;
             (addr >= slab.base && addr < slab.base + slab.bytes).then_some((id, slab))
-        })?;
+        };
+        let (id, slab) = match holds(self.last_found.get()) {
+            Some(found) => found,
+            None => {
+                let ids = self.by_page.get(&(addr >> PAGE_SHIFT))?;
+                let found = ids.iter().filter(|&&id| id != NO_SLAB).find_map(|&id| holds(id))?;
+                self.last_found.set(found.0);
+                found
+            }
+        };
         let offset = addr - slab.base;
         if offset % slab.block != 0 {
             return None;
