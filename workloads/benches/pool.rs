@@ -23,23 +23,39 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// Median ns per acquire+release pair and minor faults per pair, over `batches` batches of
-/// `iters` pairs. With `touch`, one byte per page is written, so fresh pages fault.
-fn measure(iters: usize, batches: usize, touch: bool, size: usize, mut pair: impl FnMut(usize, bool)) -> (f64, f64) {
-    pair(size, touch); // warm up: the first round may take memory from the system
-    let mut times = Vec::new();
-    let faults0 = minor_faults();
-    for _ in 0..batches {
-        let t = Instant::now();
-        for _ in 0..iters {
-            pair(size, touch);
-        }
-        times.push(t.elapsed().as_nanos() as f64 / iters as f64);
+/// Median ns per acquire+release pair and minor faults per pair, for each of `pairs`, over
+/// `batches` batches of `iters` pairs; the pairs take turns batch by batch, so that a drift of
+/// this shared machine's clock falls on all of them alike. With `touch`, one byte per page is
+/// written, so fresh pages fault.
+fn measure<const N: usize>(
+    iters: usize,
+    batches: usize,
+    touch: bool,
+    size: usize,
+    mut pairs: [&mut dyn FnMut(usize, bool); N],
+) -> [(f64, f64); N] {
+    let mut times = vec![Vec::new(); N];
+    let mut faults = [0i64; N];
+    for pair in pairs.iter_mut() {
+        pair(size, touch); // warm up: the first round may take memory from the system
     }
-    (
-        median(times),
-        (minor_faults() - faults0) as f64 / (iters * batches) as f64,
-    )
+    for _ in 0..batches {
+        for (k, pair) in pairs.iter_mut().enumerate() {
+            let f = minor_faults();
+            let t = Instant::now();
+            for _ in 0..iters {
+                pair(size, touch);
+            }
+            times[k].push(t.elapsed().as_nanos() as f64 / iters as f64);
+            faults[k] += minor_faults() - f;
+        }
+    }
+    std::array::from_fn(|k| {
+        (
+            median(std::mem::take(&mut times[k])),
+            faults[k] as f64 / (iters * batches) as f64,
+        )
+    })
 }
 
 fn touch_pages(p: *mut u8, size: usize) {
@@ -98,7 +114,7 @@ fn same_class_peak(file: &GraphFile) -> u64 {
 }
 
 fn main() {
-    println!("acquire+release pairs, one thread (median of 7 batches; issue 12 asks pool/malloc <= 2x)");
+    println!("acquire+release pairs, one thread (median of 7 batches, pool and malloc in turn; issue 12 asks pool/malloc <= 2x)");
     println!(
         "{:>10} | {:>12} {:>12} {:>11} | {:>13} {:>13}",
         "size", "pool ns", "malloc ns", "pool/malloc", "pool faults", "malloc faults"
@@ -114,7 +130,7 @@ fn main() {
             // SAFETY: acquired above, not used after.
             unsafe { pool.release(std::hint::black_box(p)) }.unwrap();
         };
-        let malloc_pair = |size: usize, touch: bool| {
+        let mut malloc_pair = |size: usize, touch: bool| {
             // SAFETY: plain malloc/free of a positive size.
             unsafe {
                 let p = libc::malloc(size) as *mut u8;
@@ -125,11 +141,10 @@ fn main() {
                 libc::free(std::hint::black_box(p) as *mut _);
             }
         };
-        let (pool_ns, _) = measure(iters, 7, false, size, &mut pool_pair);
-        let (malloc_ns, _) = measure(iters, 7, false, size, malloc_pair);
+        let [(pool_ns, _), (malloc_ns, _)] = measure(iters, 7, false, size, [&mut pool_pair, &mut malloc_pair]);
         let touch_iters = (iters / 10).max(10);
-        let (_, pool_faults) = measure(touch_iters, 3, true, size, &mut pool_pair);
-        let (_, malloc_faults) = measure(touch_iters, 3, true, size, malloc_pair);
+        let [(_, pool_faults), (_, malloc_faults)] =
+            measure(touch_iters, 3, true, size, [&mut pool_pair, &mut malloc_pair]);
         println!(
             "{:>10} | {:>12.1} {:>12.1} {:>10.2}x | {:>13.2} {:>13.2}",
             size,
@@ -143,27 +158,22 @@ fn main() {
 
     println!();
     println!("acquire+release pairs on one shared pool from 1 and from 2 threads at once: pairs per");
-    println!("microsecond, and 2-thread throughput over 1-thread (median of 5 rounds; issue 12 asks 1.6x)");
+    println!("microsecond, and 2-thread throughput over 1-thread (medians of 7 rounds, each scaling the median of the rounds' own ratios; issue 12 asks 1.6x)");
     println!(
         "{:>10} | {:>10} {:>10} {:>8} | {:>10} {:>10} {:>8}",
         "size", "pool 1t", "pool 2t", "scaling", "malloc 1t", "malloc 2t", "scaling"
     );
     for size in [64usize, 4 << 10] {
         let iters = 200_000;
-        let throughput = |threads: usize, pair: &(dyn Fn(usize) + Sync)| {
-            median(
-                (0..5)
-                    .map(|_| {
-                        let t = Instant::now();
-                        std::thread::scope(|s| {
-                            for _ in 0..threads {
-                                s.spawn(|| (0..iters).for_each(|_| pair(size)));
-                            }
-                        });
-                        (threads * iters) as f64 / (t.elapsed().as_nanos() as f64 / 1000.0)
-                    })
-                    .collect(),
-            )
+        // Pairs per microsecond from `threads` threads at once, one measurement.
+        let rate = |threads: usize, pair: &(dyn Fn(usize) + Sync)| {
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(|| (0..iters).for_each(|_| pair(size)));
+                }
+            });
+            (threads * iters) as f64 / (t.elapsed().as_nanos() as f64 / 1000.0)
         };
         let pool_pair = |size: usize| {
             let p = pool.acquire(size, false).unwrap();
@@ -174,17 +184,28 @@ fn main() {
             // SAFETY: plain malloc/free of a positive size.
             unsafe { libc::free(std::hint::black_box(libc::malloc(size))) };
         };
-        let (p1, p2) = (throughput(1, &pool_pair), throughput(2, &pool_pair));
-        let (m1, m2) = (throughput(1, &malloc_pair), throughput(2, &malloc_pair));
+        // Rounds of all four in turn, so that each scaling is a ratio of neighbours: the clock
+        // of this shared machine drifts more between rounds than within one.
+        let rounds: Vec<[f64; 4]> = (0..7)
+            .map(|_| {
+                [
+                    rate(1, &pool_pair),
+                    rate(2, &pool_pair),
+                    rate(1, &malloc_pair),
+                    rate(2, &malloc_pair),
+                ]
+            })
+            .collect();
+        let med = |f: &dyn Fn(&[f64; 4]) -> f64| median(rounds.iter().map(f).collect());
         println!(
             "{:>10} | {:>10.1} {:>10.1} {:>7.2}x | {:>10.1} {:>10.1} {:>7.2}x",
             size,
-            p1,
-            p2,
-            p2 / p1,
-            m1,
-            m2,
-            m2 / m1
+            med(&|r| r[0]),
+            med(&|r| r[1]),
+            med(&|r| r[1] / r[0]),
+            med(&|r| r[2]),
+            med(&|r| r[3]),
+            med(&|r| r[3] / r[2])
         );
     }
 
