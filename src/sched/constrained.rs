@@ -76,7 +76,6 @@ impl Priorities {
             succ_by_level,
             basis: self.basis.clone(),
             kinds_basis: self.kinds_basis.clone(),
-            basis_samples: self.basis_samples,
         }
     }
 }

@@ -51,10 +51,12 @@ struct Learned {
     /// of the time its kernels held their thread (a call that did not defer: all of its time);
     /// 0 while none has deferred.
     op_thread_ns: Vec<AtomicU64>,
-    /// Priorities for the current estimates, computed on first use and again when they move.
-    priorities: Mutex<Option<Arc<Priorities>>>,
-    /// Samples folded in so far: priorities computed since the last one are current.
-    /// Release after the estimates it counts, Acquire where read.
+    /// Priorities for the current estimates, computed on first use and again when they move,
+    /// with the count of `samples` when they were last found current: while no sample has been
+    /// folded in since, they need no check against the estimates.
+    priorities: Mutex<Option<(Arc<Priorities>, u64)>>,
+    /// Samples folded in so far. Bumped (Release) after the estimates it counts; read (Acquire)
+    /// before the estimates are, so a sample folded meanwhile makes the next run check again.
     samples: AtomicU64,
 }
 
@@ -216,11 +218,18 @@ impl Graph {
     /// The scheduling priorities for the current estimates, recomputed when they have moved.
     pub fn priorities(&self) -> Arc<Priorities> {
         let mut cached = learned(self).priorities.lock().unwrap_or_else(|e| e.into_inner());
-        match &*cached {
-            Some(p) if !p.is_stale(self) => p.clone(),
+        let samples = self.learned_samples();
+        match &mut *cached {
+            // Nothing learned since they were last current: most runs of graphs of cheap
+            // kernels, which sample one call in 64.
+            Some((p, checked)) if *checked == samples => p.clone(),
+            Some((p, checked)) if !p.is_stale(self) => {
+                *checked = samples;
+                p.clone()
+            }
             _ => {
                 let p = Arc::new(Priorities::compute(self));
-                *cached = Some(p.clone());
+                *cached = Some((p.clone(), samples));
                 p
             }
         }

@@ -118,17 +118,12 @@ pub struct Priorities {
     basis: Vec<u64>,
     /// The op types' kinds they were computed from.
     kinds_basis: Vec<NodeKind>,
-    /// How many samples runs had folded into the estimates then (`Graph::learned_samples`):
-    /// while none has come since, they cannot be stale.
-    basis_samples: u64,
 }
 
 impl Priorities {
     /// Computes every figure from `g`'s current estimates: linear in nodes and edges, plus the
     /// sorts. Runs call [`Graph::priorities`] instead, which caches the result.
     pub fn compute(g: &Graph) -> Priorities {
-        // Before any estimate is read: a sample folded meanwhile makes these stale, not fresh.
-        let basis_samples = g.learned_samples();
         let n = g.node_count();
         let weight: Vec<u64> = (0..n as u32).map(|v| g.expected_ns(v)).collect();
         let work: Vec<u64> = (0..n as u32).map(|v| g.work_ns(v)).collect();
@@ -211,7 +206,6 @@ impl Priorities {
             succ_by_level,
             basis: (0..g.op_type_count() as u32).map(|op| g.learned_op_ns(op)).collect(),
             kinds_basis: (0..g.op_type_count() as u32).map(|op| g.op_kind(op)).collect(),
-            basis_samples,
         }
     }
 
@@ -315,11 +309,6 @@ impl Priorities {
     /// the first time, or one whose average moved by more than a fifth and by at least
     /// [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
     pub fn is_stale(&self, g: &Graph) -> bool {
-        if g.learned_samples() == self.basis_samples {
-            // Nothing learned since: the check below would compare equal numbers (every run of
-            // a graph of cheap kernels does this, most without a sample).
-            return false;
-        }
         let kinds_moved = self
             .kinds_basis
             .iter()
