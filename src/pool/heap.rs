@@ -6,7 +6,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::arena::{Arena, GRAIN};
+use super::arena::GRAIN;
 use super::central::Locked;
 use super::out_table::{Out, OutTable};
 use super::sanitize;
@@ -186,7 +186,7 @@ impl Heap {
             st.hand_out(pool, addr, block, nbytes, class, true);
             return Some(addr);
         }
-        acquire_slow(st, pool, classes, nbytes)
+        acquire_slow(st, pool, nbytes, block, class)
     }
 
     /// Takes back a block it has out; false if it has no such block out.
@@ -234,13 +234,9 @@ impl HeapState {
         s.peak_live_bytes = s.peak_live_bytes.max(s.live_bytes + pool.central_live());
     }
 
-    /// The free list of blocks of `size` bytes (of slab class `class`, if given); None for a
-    /// large size when `LARGE_BINS` other sizes have blocks waiting.
-    #[inline]
-    fn bin(&mut self, size: usize, class: Option<usize>) -> Option<&mut Bin> {
-        if let Some(class) = class {
-            return Some(&mut self.small[class]);
-        }
+    /// The bin for large blocks of `size` bytes, made if it has none (a bin whose blocks are
+    /// gone takes the new size); None when `LARGE_BINS` other sizes have blocks waiting.
+    fn large_bin(&mut self, size: usize) -> Option<&mut Bin> {
         let i = match self.large.iter().position(|(s, _)| *s == size) {
             Some(i) => i,
             None => match self.large.iter().position(|(_, bin)| bin.is_empty()) {
@@ -321,7 +317,7 @@ impl HeapState {
     #[cold]
     #[inline(never)]
     fn put_back_slow(&mut self, pool: &Pool, addr: usize, block: usize, large_fits: bool) {
-        if large_fits && self.bin(block, None).is_some_and(|bin| bin.push(addr)) {
+        if large_fits && self.large_bin(block).is_some_and(|bin| bin.push(addr)) {
             self.free_bytes += block;
             self.large_free_bytes += block;
         } else {
@@ -330,28 +326,13 @@ impl HeapState {
     }
 }
 
-/// [`Heap::acquire`] when the request's bin is empty or missing: a refill.
+/// [`Heap::acquire`] when the bin of the request's `block` size (`class` as in [`Out`]) is
+/// empty or missing: a refill.
 #[cold]
 #[inline(never)]
-fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
-    let (block, class) = match pool.is_small(nbytes) {
-        true => {
-            let class = classes.index(nbytes);
-            (classes.size(class), Some(class))
-        }
-        false => (Arena::block_size(nbytes).expect("checked by the pool"), None),
-    };
-    let (addr, hit) = match st.bin(block, class).and_then(Bin::pop) {
-        Some(addr) => {
-            st.free_bytes -= block;
-            if class.is_none() {
-                st.large_free_bytes -= block;
-            }
-            (addr, true)
-        }
-        None => refill(&mut st, pool, nbytes, block, class)?,
-    };
-    st.hand_out(pool, addr, block, nbytes, class.map_or(0, |c| c as u8 + 1), hit);
+fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, nbytes: usize, block: usize, class: u8) -> Option<usize> {
+    let (addr, hit) = refill(&mut st, pool, nbytes, block, class)?;
+    st.hand_out(pool, addr, block, nbytes, class, hit);
     Some(addr)
 }
 
@@ -361,14 +342,14 @@ fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, classes: &Classes, nbytes: u
 /// new size must be able to reuse their memory). Returns the block to hand out and whether no
 /// memory had to be committed; None if the central pool could not lend it.
 #[cold]
-fn refill(st: &mut HeapState, pool: &Pool, nbytes: usize, block: usize, class: Option<usize>) -> Option<(usize, bool)> {
+fn refill(st: &mut HeapState, pool: &Pool, nbytes: usize, block: usize, class: u8) -> Option<(usize, bool)> {
     let mut central = pool.lock();
-    if class.is_none() && st.large_free_bytes > 0 {
+    if class == 0 && st.large_free_bytes > 0 {
         st.give_back_all(&mut central, true);
     }
     let threshold = pool.config.large_threshold_bytes;
     let (addr, committed) = central.lend(nbytes, threshold).ok()?;
-    if let Some(class) = class {
+    if let Some(class) = class.checked_sub(1).map(usize::from) {
         for _ in 1..SMALL_REFILL {
             // A spare that does not come is not needed now.
             let Ok((spare, _)) = central.lend(nbytes, threshold) else {

@@ -42,6 +42,7 @@
 
 mod addr_hash;
 mod arena;
+mod batch;
 mod central;
 mod heap;
 mod heaps;
@@ -261,68 +262,6 @@ impl Pool {
         self.lock().large.room_for(nbytes).ok()
     }
 
-    /// A sequential run's cache settling with the pool (no lock): since it last did, it handed
-    /// `unparked` bytes of parked blocks to nodes (net of those it took back: negative if it took
-    /// back more), and the most that net reached was `peak`. The live peak rises by what the
-    /// pool's count missed meanwhile, exact when the run is the pool's only user.
-    pub(crate) fn settle_parked(&self, unparked: i64, peak: i64) {
-        if peak > 0 {
-            self.raise_peak(
-                self.published.live.load(Ordering::Relaxed),
-                self.heaps.live() + peak as u64,
-            );
-        }
-        match unparked >= 0 {
-            true => self.published.parked.fetch_sub(unparked as u64, Ordering::Relaxed),
-            false => self
-                .published
-                .parked
-                .fetch_add(unparked.unsigned_abs(), Ordering::Relaxed),
-        };
-    }
-
-    /// `count` blocks of `nbytes` for `owner` under one lock (not cleared), appended to `out`:
-    /// for callers that keep a few blocks of a size at hand. With `parked`, they start parked
-    /// (see [`park`](Self::park)): the caller counts each as live when it hands it out.
-    pub(crate) fn acquire_many(
-        &self,
-        nbytes: usize,
-        count: usize,
-        owner: Owner,
-        parked: bool,
-        out: &mut Vec<NonNull<u8>>,
-    ) -> Result<()> {
-        Self::check_request(nbytes)?;
-        let inner = nbytes + self.guard_bytes() * 2;
-        let elsewhere = self.heaps.live();
-        let mut st = self.lock();
-        for _ in 0..count {
-            if parked {
-                // Before the block counts in `live`: it never shows as live until handed out.
-                self.published.parked.fetch_add(nbytes as u64, Ordering::Relaxed);
-            }
-            let request = Request {
-                nbytes: inner,
-                requested: nbytes,
-                release_tick: NEVER,
-                owner,
-                at: None,
-            };
-            let addr = match st.acquire(request, self.config.large_threshold_bytes) {
-                Ok(addr) => addr,
-                Err(e) => {
-                    if parked {
-                        self.published.parked.fetch_sub(nbytes as u64, Ordering::Relaxed);
-                    }
-                    return Err(e);
-                }
-            };
-            self.raise_peak(st.stats.live_bytes, elsewhere);
-            out.push(self.hand_out(addr, nbytes, false));
-        }
-        Ok(())
-    }
-
     /// Bytes of each red zone (0 when they are off).
     #[inline]
     fn guard_bytes(&self) -> usize {
@@ -471,40 +410,6 @@ impl Pool {
         };
         st.release(block, self.mempool, self.guard_bytes(), by)?;
         damage.map_or(Ok(()), Err)
-    }
-
-    /// Takes back many blocks of `by` under one lock. Every pointer is tried, as by
-    /// [`release_by`](Self::release_by); the first error is returned.
-    ///
-    /// # Safety
-    /// As for [`release`](Self::release), for every pointer.
-    /// With `parked`, the blocks are parked ones (see [`park`](Self::park)), no longer live.
-    pub(crate) unsafe fn release_many(
-        &self,
-        ptrs: impl IntoIterator<Item = NonNull<u8>>,
-        by: Owner,
-        parked: bool,
-    ) -> Result<()> {
-        let mut st = self.lock();
-        let mut first_error = Ok(());
-        let before = st.stats.live_bytes;
-        for p in ptrs {
-            let result = self.take_back(&mut st, p, by);
-            if first_error.is_ok() {
-                first_error = result;
-            }
-        }
-        if parked {
-            // Once for the batch, still under the lock: `stats` reads both under it, and
-            // the new `live` is published only when it goes.
-            self.published
-                .parked
-                .fetch_sub(before - st.stats.live_bytes, Ordering::Relaxed);
-        }
-        if self.config.max_pool_bytes != 0 {
-            st.shrink_to(self.config.max_pool_bytes as usize);
-        }
-        first_error
     }
 
     /// Coalesces every cached block. Runs call it as they start, so that repeated runs of a
