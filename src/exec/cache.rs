@@ -109,15 +109,16 @@ impl RunState<'_> {
 
     /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
     /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
-    /// pool memory.
-    pub(super) fn drop_value(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
+    /// pool memory. `LEAN`: in a run without a plan (`lean.rs`), whose values never live in an arena.
+    #[inline(always)]
+    pub(super) fn drop_value<const LEAN: bool>(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
         let buffer = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
         let bytes = buffer.capacity;
         if bytes == 0 {
             return false;
         }
-        if self.in_arena(buffer) {
+        if !LEAN && self.in_arena(buffer) {
             self.sub_live(bytes as u64);
             return true;
         }

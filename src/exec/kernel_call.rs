@@ -2,6 +2,7 @@
 //! cache or the pool), binding its inputs and calling the kernel. Its end, the checks of what the
 //! kernel left included, is `conclude.rs`.
 
+use std::any::Any;
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::ops::Range;
@@ -124,7 +125,7 @@ impl RunState<'_> {
     }
 
     /// Names the output whose placement failed.
-    fn placement_error(&self, node: u32, v: u32, e: Error) -> Error {
+    pub(super) fn placement_error(&self, node: u32, v: u32, e: Error) -> Error {
         let g = self.graph;
         let k = v - g.node_values(node).start;
         let n = g.value_size(v).bytes().unwrap_or(0);
@@ -348,9 +349,38 @@ impl RunState<'_> {
             }
             None => (None, 0, 0),
         };
-        let failure = match outcome {
-            // A dynamic output the memory limit refused fails the node, whatever the kernel made
-            // of the refusal.
+        let failure = self.call_failure(node, outcome, detail, refused);
+        // Made where it is used: built once before the branches, the record lived in memory on
+        // every node's path (71 instructions a node, benches/c/instructions.sh).
+        let (thread, taken) = (scratch.thread, scratch.taken);
+        let called = move || Called {
+            failure,
+            thread,
+            start,
+            returned,
+            sample,
+            width,
+            reserved_dynamic,
+            allocated,
+            in_place_output,
+            taken,
+        };
+        self.end_call(node, outputs, deferred, called, scratch)
+    }
+
+    /// The kernel's failure, from how its call went: the panic it raised, the error it returned
+    /// (with the message it set), or a dynamic output the memory limit refused, which fails the
+    /// node whatever the kernel made of the refusal.
+    #[inline(always)]
+    pub(super) fn call_failure(
+        &self,
+        node: u32,
+        outcome: std::thread::Result<std::result::Result<(), String>>,
+        detail: Option<String>,
+        refused: Option<Error>,
+    ) -> Option<Error> {
+        let g = self.graph;
+        match outcome {
             Ok(_) if refused.is_some() => refused,
             Ok(Ok(())) => None,
             Ok(Err(msg)) => {
@@ -371,22 +401,20 @@ impl RunState<'_> {
                     panic_text(&*panic)
                 ),
             )),
-        };
-        // Made in each branch, where it is used: built once before them, the record lived in
-        // memory on every node's path (71 instructions a node, benches/c/instructions.sh).
-        let (thread, taken) = (scratch.thread, scratch.taken);
-        let called = move || Called {
-            failure,
-            thread,
-            start,
-            returned,
-            sample,
-            width,
-            reserved_dynamic,
-            allocated,
-            in_place_output,
-            taken,
-        };
+        }
+    }
+
+    /// After a kernel returned: ends its call (`conclude`), unless it deferred its end; then
+    /// the node is returned, and the caller arrives at it (`PendingNode::kernel_arrives`).
+    #[inline(always)]
+    pub(super) fn end_call(
+        &self,
+        node: u32,
+        outputs: &mut [Slot],
+        deferred: Option<Arc<dyn Any + Send + Sync>>,
+        called: impl FnOnce() -> Called,
+        scratch: &mut Scratch,
+    ) -> Result<Option<Arc<PendingNode>>> {
         let Some(deferred) = deferred else {
             self.conclude(node, outputs, called(), None, scratch)?;
             return Ok(None);

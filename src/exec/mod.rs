@@ -46,9 +46,11 @@ mod context;
 mod executor;
 #[doc(hidden)]
 pub mod fault;
+mod finish;
 mod gate;
 mod hints;
 mod kernel_call;
+mod lean;
 mod padded;
 mod parallel;
 mod pending;

@@ -134,6 +134,8 @@ pub(super) struct RunState<'r> {
     /// Plain nodes take the short path (`place_plain`): not with a plan, which places values
     /// itself.
     pub(super) plain_run: bool,
+    /// Plain nodes take the shortest path, `lean.rs` (which says when a run is lean).
+    pub(super) lean: bool,
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
     pub(super) plan: Option<&'r Plan>,
@@ -233,6 +235,7 @@ impl<'r> RunState<'r> {
             steps: super::recycle::steps(graph),
             initial_refs: super::recycle::initial_refs(graph),
             plain_run: plan.is_none(),
+            lean: cached > 0 && plan.is_none() && !trace && observer.is_none(),
             hints,
             plan,
             cancel,
@@ -423,12 +426,15 @@ impl<'r> RunState<'r> {
         if self.failed() || self.stopped() {
             return None;
         }
+        let step = self.steps[node as usize];
+        if let Some(cache) = self.lean_cache(node, &step, scratch) {
+            return self.execute_lean(node, &step, cache, scratch);
+        }
         if self.gate.is_none() {
             self.add_live(self.prio.output_bytes[node as usize]);
         }
         // A panic here is a bug in graphsched (kernel panics are caught around the kernel):
         // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
-        let step = self.steps[node as usize];
         let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, &step, scratch)));
         match outcome.unwrap_or_else(|panic| Err(self.internal_error(node, "while running", &*panic))) {
             Ok(Some(pending)) => return Some(pending),
@@ -448,7 +454,7 @@ impl<'r> RunState<'r> {
     }
 
     #[cold]
-    fn internal_error(&self, node: u32, when: &str, panic: &(dyn std::any::Any + Send)) -> Error {
+    pub(super) fn internal_error(&self, node: u32, when: &str, panic: &(dyn std::any::Any + Send)) -> Error {
         Error::new(
             ErrorKind::KernelPanicked,
             format!(
@@ -457,77 +463,6 @@ impl<'r> RunState<'r> {
                 panic_text(panic)
             ),
         )
-    }
-
-    /// After the kernel call ended: on failure, records it; on success, releases and readiness.
-    /// `PENDING` only gives the end of a pending node its own copy: shared with `execute`, the
-    /// panic guard around `finish_node` was no longer inlined there (11 instructions a node,
-    /// counted by benches/c/instructions.sh).
-    #[inline(always)]
-    fn end_node<const PENDING: bool>(&self, node: u32, step: &Step, result: Result<()>, scratch: &mut Scratch) {
-        if let Err(e) = result {
-            // Static reservations of a node that never produced: nothing will release them.
-            self.sub_live(self.prio.output_bytes[node as usize]);
-            self.fail(e);
-            return;
-        }
-        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node(node, step, scratch)));
-        if let Err(panic) = finished {
-            // The run stops here: what it made ready is dropped (the failure ends the run once
-            // the running tasks finish), and whatever its values hold goes back when it drops.
-            scratch.ready.clear();
-            scratch.admitted.clear();
-            self.fail(self.internal_error(node, "after", &*panic));
-        }
-    }
-
-    /// After a successful kernel: drop what nobody needs any more, then mark successors.
-    pub(super) fn finish_node(&self, node: u32, step: &Step, scratch: &mut Scratch) {
-        super::fault::check(self.graph, node);
-        let g = self.graph;
-        // Values this node freed, kept only under a memory limit: admission hears of them
-        // (`readmit`); without one nothing needs the list.
-        let gated = self.gate.is_some();
-        let freed = &mut scratch.freed;
-        freed.clear();
-        for v in step.values().filter(|_| step.unread) {
-            if self.refs[v as usize].load(Ordering::Relaxed) == 0 && self.drop_value(v, scratch.slot) && gated {
-                freed.push(v);
-            }
-        }
-        for &v in &g.input_values()[step.inputs()] {
-            // A value with one read, this one, and no place in the result is done now: its count
-            // is nobody else's to decrement, so it is left alone (no atomic on the hot path).
-            let only_read = self.initial_refs[v as usize] == 1;
-            if only_read || self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                if scratch.taken == Some(v) {
-                    // Its buffer lives on as this node's output: only the value goes.
-                    // SAFETY: the last reference is gone; only this thread touches the slot.
-                    let moved = unsafe { super::cache::empty_slot(&mut *self.slots[v as usize].get()) };
-                    self.sub_live(moved.capacity as u64);
-                    // The run's count went down: waiting nodes get their look, as after a release.
-                    if gated {
-                        freed.push(v);
-                    }
-                    continue;
-                }
-                if self.drop_value(v, scratch.slot) && gated {
-                    freed.push(v);
-                }
-            }
-        }
-        scratch.nodes_run += 1;
-        let ready = &mut scratch.ready;
-        if !scratch.freed.is_empty() {
-            self.readmit(&mut scratch.admitted, &scratch.freed);
-        }
-        for &s in self.prio.successors_in(self.policy, node) {
-            // A successor whose only producer is this node is ready now, its count untouched.
-            let only_producer = self.prio.initial_pending[s as usize] == 1;
-            if only_producer || self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                ready.push(s);
-            }
-        }
     }
 }
 

@@ -1,0 +1,175 @@
+//! The short path of a node: what most nodes of most runs take.
+//!
+//! A run is lean when nothing it was asked for needs more of a node than its outputs placed, its
+//! kernel called and its values released: no memory limit and no red zones (so its threads have
+//! block caches), no static plan, no trace, no observer. A node takes the short path in a lean
+//! run when it is plain (`Step::plain`: small static outputs, none in place, none cleared, none
+//! given a hint), its thread has a cache, and this call is not one the learned estimates time.
+//!
+//! The short path does what the general one (`RunState::execute`) does for such a node, with
+//! everything that cannot arise left out: its output blocks come from the thread's cache, the
+//! kernel is called behind its own panic guard, its descriptors are checked, and the node ends
+//! (`finish_node`) under the same guard as the rest, which knows from a flag whether the panic
+//! it caught came before the kernel's end or after. Whatever is not a plain success (a failed,
+//! panicking or deferring kernel, a broken descriptor, a refill the pool refused) goes to the
+//! general path's end at the point it arose, out of line.
+
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use super::cache::BlockCache;
+use super::conclude::check_outputs;
+use super::pending::{Called, PendingNode};
+use super::recycle::Step;
+use super::scratch::Scratch;
+use super::state::{RunState, Slot};
+use crate::error::{Error, Result};
+use crate::kernel::KernelCtx;
+use crate::pool::sanitize;
+use crate::tensor::Tensor;
+
+impl RunState<'_> {
+    /// The thread's block cache, if `node` takes the short path now (module docs). Counts the
+    /// call for sampling either way (`Scratch::executed`).
+    #[inline(always)]
+    pub(super) fn lean_cache(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<&mut BlockCache> {
+        if !(self.lean && step.plain) || (step.hinted && self.hints.is_some()) {
+            return None;
+        }
+        let cache = self.cache(scratch.slot)?;
+        let sampled = self.learn && self.prio.should_sample(self.graph, node, scratch.executed + 1);
+        (!sampled).then_some(cache)
+    }
+
+    /// Runs `node` on the short path (module docs), as `execute` runs any node: a failure is
+    /// recorded in the run, and a node whose kernel deferred its end is returned.
+    #[inline(always)]
+    pub(super) fn execute_lean(
+        &self,
+        node: u32,
+        step: &Step,
+        cache: &mut BlockCache,
+        scratch: &mut Scratch,
+    ) -> Option<Arc<PendingNode>> {
+        scratch.executed += 1;
+        self.add_live(self.prio.output_bytes[node as usize]);
+        // Set once the kernel's call ended well: a panic after it is in the node's end.
+        let called = Cell::new(false);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let pending = self.call_lean(node, step, cache, scratch)?;
+            if pending.is_none() {
+                called.set(true);
+                self.finish_node::<true>(node, step, scratch);
+            }
+            Ok(pending)
+        }));
+        match outcome {
+            Ok(Ok(pending)) => pending,
+            Ok(Err(e)) => {
+                self.node_failed(node, e);
+                None
+            }
+            Err(panic) if called.get() => {
+                self.failed_after(node, &*panic, scratch);
+                None
+            }
+            Err(panic) => {
+                self.node_failed(node, self.internal_error(node, "while running", &*panic));
+                None
+            }
+        }
+    }
+
+    /// Places the outputs of `node` from `cache`, calls its kernel and checks what it left.
+    /// `Ok(None)`: the outputs are values. As `run_kernel` otherwise.
+    #[inline(always)]
+    fn call_lean(
+        &self,
+        node: u32,
+        step: &Step,
+        cache: &mut BlockCache,
+        scratch: &mut Scratch,
+    ) -> Result<Option<Arc<PendingNode>>> {
+        let g = self.graph;
+        // SAFETY: this thread executes the node whose outputs these are.
+        let outputs = unsafe { self.output_slots(step.values()) };
+        for k in 0..outputs.len() {
+            let v = step.first + k as u32;
+            // Plain outputs are statically sized.
+            let n = g.value_size(v).bytes().unwrap_or(0);
+            let (buffer, refills) = match self.take_cached(cache, n) {
+                Ok(taken) => taken,
+                Err(e) => return Err(self.lean_placement_failed(node, v, &mut outputs[..k], e)),
+            };
+            scratch.acquires += refills;
+            sanitize::reveal(buffer.ptr.cast(), n);
+            outputs[k] = Slot {
+                tensor: Tensor::new(buffer.ptr, n),
+                buffer,
+            };
+        }
+        let inputs = &self.inputs[step.inputs()];
+        // SAFETY: as in `call_kernel`: every pointer is to the slot of an input whose producer
+        // finished before this node became ready, and which nobody writes until it is done.
+        let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
+        let kernel = g.kernel(node).expect("operator nodes have kernels");
+        let mut ctx = KernelCtx {
+            node,
+            name: g.node_name_c(node),
+            inputs,
+            outputs: &mut *outputs,
+            error: None,
+            in_place: None,
+            dynamic: None,
+            run: (&self.context as *const super::RunContext<'_>).cast(),
+            deferred: None,
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
+        let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
+        if let (Ok(Ok(())), None) = (&outcome, &deferred) {
+            if check_outputs(g, node, outputs).is_ok() {
+                return Ok(None);
+            }
+        }
+        self.lean_call_ended(node, outputs, outcome, detail, deferred, scratch)
+    }
+
+    /// A kernel call on the short path that was not a plain success: ended as the general path
+    /// ends any call.
+    #[cold]
+    #[inline(never)]
+    fn lean_call_ended(
+        &self,
+        node: u32,
+        outputs: &mut [Slot],
+        outcome: std::thread::Result<std::result::Result<(), String>>,
+        detail: Option<String>,
+        deferred: Option<Arc<dyn std::any::Any + Send + Sync>>,
+        scratch: &mut Scratch,
+    ) -> Result<Option<Arc<PendingNode>>> {
+        let failure = self.call_failure(node, outcome, detail, None);
+        let thread = scratch.thread;
+        let called = move || Called {
+            failure,
+            thread,
+            start: None,
+            returned: None,
+            sample: false,
+            width: 1,
+            reserved_dynamic: 0,
+            allocated: 0,
+            in_place_output: None,
+            taken: None,
+        };
+        self.end_call(node, outputs, deferred, called, scratch)
+    }
+
+    /// A refill for value `v` failed: the outputs placed before it (`placed`) go back.
+    #[cold]
+    #[inline(never)]
+    fn lean_placement_failed(&self, node: u32, v: u32, placed: &mut [Slot], e: Error) -> Error {
+        self.unplace(placed, None);
+        self.placement_error(node, v, e)
+    }
+}
