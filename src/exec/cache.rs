@@ -87,24 +87,32 @@ impl RunState<'_> {
     }
 
     /// A block of `n` bytes from `cache` (the newest of that size: still warm), refilled from
-    /// the pool if it has none; with how many blocks the refill took.
+    /// the pool if it has none; with how many blocks the refill took. Inline when the newest
+    /// block fits, as it does in a graph of equal sizes.
+    #[inline(always)]
     pub(super) fn take_cached(&self, cache: &mut BlockCache, n: usize) -> Result<(Buffer, u64)> {
-        // The newest block first: a graph of equal sizes finds it there.
         let (buffer, refills) = match cache.blocks.last() {
-            Some(b) if b.capacity == n => (cache.blocks.pop(), 0),
-            _ => match cache.blocks.iter().rposition(|b| b.capacity == n) {
-                Some(i) => (Some(cache.blocks.swap_remove(i)), 0),
-                None => (None, self.refill(cache, n)?),
-            },
-        };
-        let buffer = match buffer {
-            Some(b) => b,
-            None => cache.blocks.pop().expect("a refill adds blocks"),
+            Some(&b) if b.capacity == n => {
+                cache.blocks.pop();
+                (b, 0)
+            }
+            _ => self.take_cached_slow(cache, n)?,
         };
         if self.sequential {
             cache.unpark(buffer.block);
         }
         Ok((buffer, refills))
+    }
+
+    /// `take_cached` when the newest block is not of size `n`: the newest one of that size, or
+    /// a refill's.
+    #[inline(never)]
+    fn take_cached_slow(&self, cache: &mut BlockCache, n: usize) -> Result<(Buffer, u64)> {
+        if let Some(i) = cache.blocks.iter().rposition(|b| b.capacity == n) {
+            return Ok((cache.blocks.swap_remove(i), 0));
+        }
+        let refills = self.refill(cache, n)?;
+        Ok((cache.blocks.pop().expect("a refill adds blocks"), refills))
     }
 
     /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run

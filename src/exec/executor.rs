@@ -489,14 +489,13 @@ impl Shared {
                 scratch.admitted = admitted;
             }
             reserved = false;
-            let ready = std::mem::take(&mut scratch.ready);
-            let next = state.continuation(node, &ready);
+            let ready = &scratch.ready;
+            let next = state.continuation(node, ready);
             let queued = if next.is_some() { &ready[1..] } else { &ready[..] };
             if !queued.is_empty() {
                 state.active.fetch_add(queued.len(), Ordering::AcqRel);
                 self.push(run, queued, local);
             }
-            scratch.ready = ready;
             match next {
                 Some(n) => node = n,
                 None => break,

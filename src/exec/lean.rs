@@ -15,6 +15,7 @@
 //! general path's end at the point it arose, out of line.
 
 use std::cell::Cell;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -114,7 +115,9 @@ impl RunState<'_> {
         // finished before this node became ready, and which nobody writes until it is done.
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
         let kernel = g.kernel(node).expect("operator nodes have kernels");
-        let mut ctx = KernelCtx {
+        // Its only fields with drop glue, the error and the deferred node, are taken out below:
+        // no drop call on the path.
+        let mut ctx = ManuallyDrop::new(KernelCtx {
             node,
             name: g.node_name_c(node),
             inputs,
@@ -124,13 +127,15 @@ impl RunState<'_> {
             dynamic: None,
             run: (&self.context as *const super::RunContext<'_>).cast(),
             deferred: None,
-        };
+        });
         let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
         let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
-        if let (Ok(Ok(())), None) = (&outcome, &deferred) {
-            if check_outputs(g, node, outputs).is_ok() {
-                return Ok(None);
-            }
+        if matches!(outcome, Ok(Ok(()))) && deferred.is_none() && check_outputs(g, node, outputs).is_ok() {
+            // `Ok(Ok(()))` owns nothing: forgotten, it costs no call to its drop glue. An error
+            // message set by a kernel that then succeeded is not the node's.
+            std::mem::forget(outcome);
+            drop(detail);
+            return Ok(None);
         }
         self.lean_call_ended(node, outputs, outcome, detail, deferred, scratch)
     }

@@ -426,20 +426,28 @@ impl<'r> RunState<'r> {
         if self.failed() || self.stopped() {
             return None;
         }
-        let step = self.steps[node as usize];
-        if let Some(cache) = self.lean_cache(node, &step, scratch) {
-            return self.execute_lean(node, &step, cache, scratch);
+        // By reference: a copy of the record costs more than the reads it saves.
+        let step = &self.steps[node as usize];
+        match self.lean_cache(node, step, scratch) {
+            Some(cache) => self.execute_lean(node, step, cache, scratch),
+            None => self.execute_general(node, step, scratch),
         }
+    }
+
+    /// `execute` for a node off the short path (`lean.rs`): out of line, so that the short
+    /// path's frame stays small.
+    #[inline(never)]
+    fn execute_general(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.gate.is_none() {
             self.add_live(self.prio.output_bytes[node as usize]);
         }
         // A panic here is a bug in graphsched (kernel panics are caught around the kernel):
         // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, &step, scratch)));
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_kernel(node, step, scratch)));
         match outcome.unwrap_or_else(|panic| Err(self.internal_error(node, "while running", &*panic))) {
             Ok(Some(pending)) => return Some(pending),
-            Ok(None) => self.end_node::<false>(node, &step, Ok(()), scratch),
-            Err(e) => self.end_node::<false>(node, &step, Err(e), scratch),
+            Ok(None) => self.end_node::<false>(node, step, Ok(()), scratch),
+            Err(e) => self.end_node::<false>(node, step, Err(e), scratch),
         }
         None
     }
