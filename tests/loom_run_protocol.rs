@@ -40,7 +40,7 @@
 //!   arrival ends the node, the device's by queueing an `END` task that takes over the node's
 //!   place in `active` (`Shared::push_finish`, `RunState::end_pending`).
 //!
-//! Abstracted away: the per-band deques, injectors and stealing (one mutex-protected FIFO queue:
+//! Abstracted away: the per-band deques, shared queues and stealing (one mutex-protected FIFO queue:
 //! any thread may take any queued task); sleeping and waking (`Sleep`: `yield_now`); the window
 //! (`Window::enter`, `leave`, `Shared::restart`: a deferred task stays counted in `active` and
 //! keeps its `reserved` flag, but neither that nor the window's own protocol is modelled); in-place

@@ -256,6 +256,10 @@ fn a_thread_runs_other_nodes_while_a_node_is_pending() {
                 "Signal",
                 Box::new(move |_| {
                     let c = take.lock().unwrap().take().ok_or("signal ran before wait")?;
+                    // "wait" holds its thread for microseconds: its latency, measured to this
+                    // completion, must be well above that for the run to learn that it defers,
+                    // even when a loaded machine preempts the kernel for a while.
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                     c.complete(Ok(()));
                     Ok(())
                 }),

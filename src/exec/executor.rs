@@ -1,9 +1,9 @@
 //! The executor: persistent worker threads that run the nodes of any number of concurrent runs.
 //!
 //! Work stealing on crossbeam-deque, with priorities that survive stealing (`queues.rs`): every
-//! thread that works has one FIFO deque per priority band, and the executor one injector per
+//! thread that works has one FIFO deque per priority band, and the executor one shared queue per
 //! band. A thread looking for work scans the bands from the most critical down, and in each band
-//! tries its own deque, then the injector, then the other threads' deques. So an owner and a
+//! tries its own deque, then the shared queue, then the other threads' deques. So an owner and a
 //! thief alike take the most critical work they can see, and within a band the oldest. A node
 //! that makes successors ready keeps the most critical one for itself when it is at least as
 //! critical as the node that just ran (the critical path flows through one thread without
@@ -151,18 +151,16 @@ impl Executor {
 
     /// Queues `helpers` tasks that each help `job` (`parallel.rs`), ahead of every node.
     pub(super) fn push_job(&self, job: &Arc<Job>, helpers: usize) {
-        for _ in 0..helpers {
+        let task = |_| {
             let run = Arc::into_raw(job.clone()).cast::<RunState<'static>>();
-            self.shared.queues.push(
-                0,
-                Task {
-                    run,
-                    node: JOB,
-                    reserved: false,
-                },
-                None,
-            );
-        }
+            let task = Task {
+                run,
+                node: JOB,
+                reserved: false,
+            };
+            (0, task)
+        };
+        self.shared.queues.push((0..helpers).map(task), None);
         self.shared.sleep.notify(helpers);
     }
 
@@ -223,15 +221,12 @@ impl Shared {
     /// takes over the node's place in its run's `active` count: nothing is added.
     pub(super) fn push_finish(&self, pending: Arc<PendingNode>, band: usize) {
         let run = Arc::into_raw(pending).cast::<RunState<'static>>();
-        self.queues.push(
-            band,
-            Task {
-                run,
-                node: END,
-                reserved: true,
-            },
-            None,
-        );
+        let task = Task {
+            run,
+            node: END,
+            reserved: true,
+        };
+        self.queues.push([(band, task)], None);
         self.sleep.notify(1);
     }
 
@@ -300,10 +295,10 @@ impl Shared {
         }
         // SAFETY: the run is alive while it has active tasks, and these nodes are counted.
         let state = unsafe { &*run };
-        for &node in nodes {
-            let band = state.band(node);
-            self.queues.push(band, Task { run, node, reserved }, local);
-        }
+        let tasks = nodes
+            .iter()
+            .map(|&node| (state.band(node), Task { run, node, reserved }));
+        self.queues.push(tasks, local);
         self.sleep.notify(nodes.len());
     }
 

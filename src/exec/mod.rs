@@ -51,6 +51,7 @@ mod gate;
 mod hints;
 mod kernel_call;
 mod lean;
+mod overflow;
 mod padded;
 mod parallel;
 mod pending;

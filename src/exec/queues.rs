@@ -1,48 +1,48 @@
 //! Where queued tasks wait: one FIFO deque per priority band for every thread that works, one
-//! injector per band for threads that have no deques, and a mask per deque set (and one for the
-//! injectors) of the bands that may hold tasks, so that a scan looks only where work may be.
+//! shared queue per band (`overflow.rs`) for threads that have no deques and for what a deque has
+//! no room for, and a mask per deque set (and one for the shared queues) of the bands that may
+//! hold tasks, so that a scan looks only where work may be.
 //!
 //! **Deque sets.** Each worker owns one set for its life. A thread that calls `run` borrows one of
 //! [`CALLER_SETS`] sets for the run (one `try_lock`), pushes its ready nodes there and pops them
-//! back with no shared queue in between; a caller that finds every set taken uses the injectors.
-//! Every thread steals from every set, the borrowed ones included. A caller gives its set back
-//! with nothing in it: tasks of other runs it took on move to the injectors.
+//! back with no shared queue in between; a caller that finds every set taken uses the shared
+//! queues. Every thread steals from every set, the borrowed ones included. A caller gives its set
+//! back with nothing in it: tasks of other runs it took on move to the shared queues.
 //!
 //! **Band masks are hints, never the truth.** `has_work`, which decides whether a thread may
 //! sleep, looks at the queues themselves, so a stale mask costs a look, never a lost task.
 //! - A set's mask is written by its owner alone: a bit goes up when the owner queues into the
 //!   band, down when the owner finds the band empty. Thieves read it; a thief that takes the last
 //!   task of a band leaves the bit up (one wasted look later).
-//! - The injectors' mask has many writers. A pusher raises the bit after its push; a finder that
-//!   sees the band empty lowers the bit and then looks at the band once more, raising the bit
-//!   again if a task arrived. A SeqCst fence sits between the two steps on each side, so either
-//!   the finder's second look sees the task or the pusher sees the lowered bit and raises it: a
-//!   queued task never stays behind a lowered bit.
+//! - The shared queues' mask is written under each queue's lock, by the push that fills it and the
+//!   take that empties it (`overflow.rs`): a queued task never stays behind a lowered bit.
 
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_deque::{Steal, Stealer, Worker};
 
 use super::executor::Task;
+use super::overflow::Overflow;
 use super::padded::CachePadded;
 use crate::sched::BANDS;
 
 static_assertions::const_assert!(BANDS <= 32);
 
-/// Deque sets that calling threads may borrow for a run; more concurrent callers use the
-/// injectors.
+/// Deque sets that calling threads may borrow for a run; more concurrent callers use the shared
+/// queues.
 pub(super) const CALLER_SETS: usize = 4;
 
-/// Tasks a deque takes before the injector takes the rest. crossbeam's deques start with room
+/// Tasks a deque takes before the shared queue takes the rest. crossbeam's deques start with room
 /// for 64 and reallocate their buffer when they outgrow it (and when they shrink back); below it
 /// they never allocate.
 const LOCAL_ROOM: usize = 63;
 
 pub(super) struct Queues {
-    injectors: Vec<Injector<Task>>,
-    /// Bands whose injector may hold tasks.
-    injected: CachePadded<AtomicU32>,
+    /// Per band: the tasks no deque holds.
+    overflow: Vec<Overflow>,
+    /// Bands whose shared queue holds tasks (written under that queue's lock, `overflow.rs`).
+    overflowing: CachePadded<AtomicU32>,
     /// The workers' sets, then the callers'.
     sets: Vec<SetShared>,
     /// The deques of the callers' sets, `sets[workers + i]`, owned by the thread holding the lock.
@@ -81,7 +81,7 @@ impl Borrowed<'_> {
     }
 
     /// Gives the set back empty: tasks of other runs this caller queued while it helped them go
-    /// to the injectors, where anyone finds them. Returns how many moved (the caller wakes
+    /// to the shared queues, where anyone finds them. Returns how many moved (the caller wakes
     /// sleepers for them).
     pub fn give_back(mut self) -> usize {
         self.empty()
@@ -94,10 +94,9 @@ impl Borrowed<'_> {
         while bands != 0 {
             let band = bands.trailing_zeros() as usize;
             bands &= bands - 1;
-            while let Some(task) = self.deques[band].pop() {
-                self.queues.inject(band, task);
-                moved += 1;
-            }
+            let deque = &self.deques[band];
+            moved += deque.len();
+            self.queues.share(band, std::iter::from_fn(|| deque.pop()));
         }
         self.queues.sets[self.index].mask.store(0, Ordering::Relaxed);
         moved
@@ -129,8 +128,8 @@ impl Queues {
             })
             .collect();
         let queues = Queues {
-            injectors: (0..BANDS).map(|_| Injector::new()).collect(),
-            injected: CachePadded(AtomicU32::new(0)),
+            overflow: (0..BANDS).map(|_| Overflow::new()).collect(),
+            overflowing: CachePadded(AtomicU32::new(0)),
             sets,
             caller_sets: caller_sets.into_iter().map(Mutex::new).collect(),
         };
@@ -160,46 +159,50 @@ impl Queues {
         })
     }
 
-    /// Queues `task` in `band`: in the thread's own set if it has one with room, else in the
-    /// injector.
-    pub fn push(&self, band: usize, task: Task, local: Option<Local<'_>>) {
-        match local {
-            Some(me) if me.deques[band].len() < LOCAL_ROOM => {
-                me.deques[band].push(task);
-                let mask = &self.sets[me.index].mask;
-                let m = mask.load(Ordering::Relaxed);
-                if m & (1 << band) == 0 {
-                    // Only the owner writes its mask: a load and a store suffice.
-                    mask.store(m | 1 << band, Ordering::Release);
+    /// Queues tasks, each in its band (given with it): in the thread's own set while it has one
+    /// with room, the rest in the band's shared queue, a run of them of one band under one lock.
+    pub fn push(&self, tasks: impl IntoIterator<Item = (usize, Task)>, local: Option<Local<'_>>) {
+        let mut tasks = tasks.into_iter().peekable();
+        while let Some((band, task)) = tasks.next() {
+            match local {
+                Some(me) if me.deques[band].len() < LOCAL_ROOM => {
+                    me.deques[band].push(task);
+                    let mask = &self.sets[me.index].mask;
+                    let m = mask.load(Ordering::Relaxed);
+                    if m & (1 << band) == 0 {
+                        // Only the owner writes its mask: a load and a store suffice.
+                        mask.store(m | 1 << band, Ordering::Release);
+                    }
+                }
+                // The deque stays full while its owner pushes: the next tasks of the band go
+                // along (a thief may have made room meanwhile, which costs nothing but order).
+                _ => {
+                    let same_band = std::iter::from_fn(|| tasks.next_if(|&(b, _)| b == band).map(|(_, t)| t));
+                    self.share(band, std::iter::once(task).chain(same_band));
                 }
             }
-            _ => self.inject(band, task),
         }
     }
 
-    fn inject(&self, band: usize, task: Task) {
-        self.injectors[band].push(task);
-        // Pairs with the fence in `steal_injected` (module docs).
-        fence(Ordering::SeqCst);
-        if self.injected.load(Ordering::Relaxed) & (1 << band) == 0 {
-            self.injected.fetch_or(1 << band, Ordering::SeqCst);
-        }
+    /// Queues tasks of `band` in its shared queue, under one lock.
+    fn share(&self, band: usize, tasks: impl Iterator<Item = Task>) {
+        self.overflow[band].push(tasks, &self.overflowing, 1 << band);
     }
 
     /// The most critical task this thread can see: band by band from the most critical, its own
-    /// deque, then the injector, then the other sets from a random one on (as TBB and Taskflow
+    /// deque, then the band's shared queue, then the other sets from a random one on (as TBB and Taskflow
     /// pick victims: thieves that all started at the same one would contend on it).
     pub fn find(&self, me: Option<Local<'_>>, random_below: impl Fn(usize) -> usize) -> Option<Task> {
         let mine = me.map(|m| m.index);
         let own_mask = me.map_or(0, |m| self.sets[m.index].mask.load(Ordering::Relaxed));
-        let injected = self.injected.load(Ordering::Relaxed);
+        let shared = self.overflowing.load(Ordering::Relaxed);
         let others = self
             .sets
             .iter()
             .enumerate()
             .filter(|&(i, _)| Some(i) != mine)
             .fold(0, |acc, (_, s)| acc | s.mask.load(Ordering::Relaxed));
-        let mut bands = own_mask | injected | others;
+        let mut bands = own_mask | shared | others;
         let sets = self.sets.len();
         let first = if bands & others != 0 && sets > 1 {
             random_below(sets)
@@ -219,8 +222,8 @@ impl Queues {
                     }
                 }
             }
-            if injected & bit != 0 {
-                if let Some(task) = self.steal_injected(band, me) {
+            if shared & bit != 0 {
+                if let Some(task) = self.take_shared(band, me) {
                     return Some(task);
                 }
             }
@@ -246,43 +249,22 @@ impl Queues {
         None
     }
 
-    /// A task of `band`'s injector (a batch moves to the thread's own deque if it has one), or
-    /// None after lowering the band's bit when the injector is empty.
-    fn steal_injected(&self, band: usize, me: Option<Local<'_>>) -> Option<Task> {
+    /// A task of `band`'s shared queue, with a batch more moved to the thread's own deque if it
+    /// has one.
+    fn take_shared(&self, band: usize, me: Option<Local<'_>>) -> Option<Task> {
         let bit = 1u32 << band;
-        let injector = &self.injectors[band];
-        loop {
-            while !injector.is_empty() {
-                let stolen = match me {
-                    Some(me) => {
-                        let got = injector.steal_batch_and_pop(&me.deques[band]);
-                        if matches!(got, Steal::Success(_)) && !me.deques[band].is_empty() {
-                            let mask = &self.sets[me.index].mask;
-                            mask.store(mask.load(Ordering::Relaxed) | bit, Ordering::Release);
-                        }
-                        got
-                    }
-                    None => injector.steal(),
-                };
-                match stolen {
-                    Steal::Success(task) => return Some(task),
-                    Steal::Retry => continue,
-                    Steal::Empty => break,
-                }
-            }
-            self.injected.fetch_and(!bit, Ordering::SeqCst);
-            // Pairs with the fence in `inject` (module docs).
-            fence(Ordering::SeqCst);
-            if injector.is_empty() {
-                return None;
-            }
-            self.injected.fetch_or(bit, Ordering::SeqCst);
+        let deque = me.map(|m| &m.deques[band]);
+        let room = deque.map_or(0, |d| LOCAL_ROOM.saturating_sub(d.len()));
+        let (task, moved) = self.overflow[band].take(deque, room, &self.overflowing, bit)?;
+        if let Some(me) = me.filter(|_| moved > 0) {
+            let mask = &self.sets[me.index].mask;
+            mask.store(mask.load(Ordering::Relaxed) | bit, Ordering::Release);
         }
+        Some(task)
     }
 
     /// Whether any task is queued anywhere (the queues themselves, not the masks).
     pub fn has_work(&self) -> bool {
-        self.injectors.iter().any(|i| !i.is_empty())
-            || self.sets.iter().flat_map(|s| &s.stealers).any(|s| !s.is_empty())
+        self.overflow.iter().any(|o| !o.is_empty()) || self.sets.iter().flat_map(|s| &s.stealers).any(|s| !s.is_empty())
     }
 }
