@@ -195,6 +195,56 @@ impl KernelCtx<'_> {
     }
 }
 
+/// A kernel that is a C function and its user data (the C API's `gs_kernel_fn`). A run calls it
+/// directly, with no boxed closure in between and no panic guard around it: a C function cannot
+/// unwind into Rust (the header bans C++ exceptions across it).
+#[derive(Clone, Copy)]
+pub(crate) struct CKernel {
+    pub f: unsafe extern "C" fn(*mut TaggedCtx, *mut c_void) -> i32,
+    pub user_data: *mut c_void,
+}
+
+// SAFETY: the header requires kernels and their user data to be callable from any thread;
+// graphsched only passes the pointer back to the kernel.
+unsafe impl Send for CKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CKernel {}
+
+/// What a C kernel receives as its context (the C API's opaque `gs_kernel_ctx`): the kernel
+/// call's `KernelCtx` behind a tag, which the `gs_ctx_*` functions check before they trust it.
+#[repr(C)]
+pub(crate) struct TaggedCtx {
+    pub tag: u64,
+    pub ctx: *mut KernelCtx<'static>,
+}
+
+impl TaggedCtx {
+    /// The tag of a live context: "gsctx_ok".
+    pub const TAG: u64 = 0x6773_6374_785f_6f6b;
+}
+
+impl CKernel {
+    /// Calls the function on `ctx`; its return code (0: success).
+    #[inline(always)]
+    pub fn call_raw(&self, ctx: &mut KernelCtx<'_>) -> i32 {
+        let mut c = TaggedCtx {
+            tag: TaggedCtx::TAG,
+            ctx: (ctx as *mut KernelCtx<'_>).cast(),
+        };
+        // SAFETY: the caller vouched for the function and user data when adding the node; `c`
+        // outlives the call. A C function cannot unwind into Rust.
+        unsafe { (self.f)(&mut c, self.user_data) }
+    }
+
+    /// Calls the function on `ctx`, as a [`Kernel`] returns.
+    pub fn call(&self, ctx: &mut KernelCtx<'_>) -> std::result::Result<(), String> {
+        match self.call_raw(ctx) {
+            0 => Ok(()),
+            rc => Err(format!("kernel returned {rc}")),
+        }
+    }
+}
+
 /// One value during a run: its descriptor and the buffer behind it.
 #[derive(Clone, Copy)]
 pub(crate) struct Slot {

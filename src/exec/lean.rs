@@ -114,7 +114,6 @@ impl RunState<'_> {
         // SAFETY: as in `call_kernel`: every pointer is to the slot of an input whose producer
         // finished before this node became ready, and which nobody writes until it is done.
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
-        let kernel = g.kernel(node).expect("operator nodes have kernels");
         // Its only fields with drop glue, the error and the deferred node, are taken out below:
         // no drop call on the path.
         let mut ctx = ManuallyDrop::new(KernelCtx {
@@ -128,16 +127,24 @@ impl RunState<'_> {
             run: (&self.context as *const super::RunContext<'_>).cast(),
             deferred: None,
         });
-        let outcome = catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx)));
+        let returned = match g.c_kernel(node) {
+            // The C API's kernels: their function, called directly. It cannot unwind, so no
+            // guard, and its return code is its whole result.
+            Some(c) => Returned::C(c.call_raw(&mut ctx)),
+            None => {
+                let kernel = g.kernel(node).expect("operator nodes have kernels");
+                Returned::Rust(catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx))))
+            }
+        };
         let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
-        if matches!(outcome, Ok(Ok(()))) && deferred.is_none() && check_outputs(g, node, outputs).is_ok() {
-            // `Ok(Ok(()))` owns nothing: forgotten, it costs no call to its drop glue. An error
+        if returned.succeeded() && deferred.is_none() && check_outputs(g, node, outputs).is_ok() {
+            // A success owns nothing: forgotten, it costs no call to its drop glue. An error
             // message set by a kernel that then succeeded is not the node's.
-            std::mem::forget(outcome);
+            std::mem::forget(returned);
             drop(detail);
             return Ok(None);
         }
-        self.lean_call_ended(node, outputs, outcome, detail, deferred, scratch)
+        self.lean_call_ended(node, outputs, returned.outcome(), detail, deferred, scratch)
     }
 
     /// A kernel call on the short path that was not a plain success: ended as the general path
@@ -176,5 +183,29 @@ impl RunState<'_> {
     fn lean_placement_failed(&self, node: u32, v: u32, placed: &mut [Slot], e: Error) -> Error {
         self.unplace(placed, None);
         self.placement_error(node, v, e)
+    }
+}
+
+/// How a kernel call on the short path returned.
+enum Returned {
+    /// A C function's return code (0: success).
+    C(i32),
+    /// A Rust kernel's result, or its panic.
+    Rust(std::thread::Result<std::result::Result<(), String>>),
+}
+
+impl Returned {
+    #[inline(always)]
+    fn succeeded(&self) -> bool {
+        matches!(self, Returned::C(0) | Returned::Rust(Ok(Ok(()))))
+    }
+
+    /// As a guarded call of the kernel's closure returns (`KernelFn`).
+    fn outcome(self) -> std::thread::Result<std::result::Result<(), String>> {
+        match self {
+            Returned::C(0) => Ok(Ok(())),
+            Returned::C(rc) => Ok(Err(format!("kernel returned {rc}"))),
+            Returned::Rust(outcome) => outcome,
+        }
     }
 }

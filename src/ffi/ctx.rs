@@ -9,43 +9,12 @@ use super::observe::CRunData;
 use super::pool::gs_pool;
 use super::status::{guard, FfiError, FfiResult};
 use super::{gs_status, Tensor};
-use crate::kernel::KernelCtx;
-
-const CTX_TAG: u64 = 0x6773_6374_785f_6f6b; // "gsctx_ok"
+use crate::kernel::{KernelCtx, TaggedCtx};
 
 /// The context of one running kernel; valid only during that kernel call.
+// Opaque: a pointer to it is a pointer to the run's `TaggedCtx` (`kernel.rs`).
 pub struct gs_kernel_ctx {
-    tag: u64,
-    ctx: *mut KernelCtx<'static>,
-}
-
-/// A C kernel and its user data.
-#[derive(Clone, Copy)]
-pub(crate) struct CKernel {
-    pub f: unsafe extern "C" fn(*mut gs_kernel_ctx, *mut c_void) -> i32,
-    pub user_data: *mut c_void,
-}
-
-// SAFETY: the header requires kernels and their user data to be callable from any thread;
-// graphsched only passes the pointer back to the kernel.
-unsafe impl Send for CKernel {}
-// SAFETY: as above.
-unsafe impl Sync for CKernel {}
-
-impl CKernel {
-    pub fn call(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
-        let mut c = gs_kernel_ctx {
-            tag: CTX_TAG,
-            ctx: (ctx as *mut KernelCtx<'_>).cast(),
-        };
-        // SAFETY: the caller vouched for the function and user data when adding the node; `c`
-        // outlives the call. A C function cannot unwind into Rust (C++ exceptions are banned).
-        let rc = unsafe { (self.f)(&mut c, self.user_data) };
-        match rc {
-            0 => Ok(()),
-            rc => Err(format!("kernel returned {rc}")),
-        }
-    }
+    _opaque: [u8; 0],
 }
 
 /// The running kernel's context, if `c` is one.
@@ -54,10 +23,10 @@ impl CKernel {
 /// A non-NULL `c` is either a context handed to a kernel that is still running, or garbage
 /// that the tag check rejects only if it is readable: kernels must not keep contexts.
 pub(super) unsafe fn ctx<'a>(c: *const gs_kernel_ctx) -> FfiResult<&'a mut KernelCtx<'static>> {
-    // SAFETY: per the function contract.
-    match unsafe { c.as_ref() } {
+    // SAFETY: per the function contract; every context a kernel receives is a `TaggedCtx`.
+    match unsafe { c.cast::<TaggedCtx>().as_ref() } {
         None => Err(FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'ctx' is NULL")),
-        Some(c) if c.tag != CTX_TAG => Err(FfiError::new(
+        Some(c) if c.tag != TaggedCtx::TAG => Err(FfiError::new(
             GS_ERR_INVALID_HANDLE,
             "argument 'ctx' is not the context of a running kernel",
         )),

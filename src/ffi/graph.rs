@@ -3,11 +3,12 @@
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use super::ctx::{gs_kernel_ctx, CKernel};
+use super::ctx::gs_kernel_ctx;
 use super::handle::{free_handle, handle_ref, into_handle, out_arg, slice_arg, str_arg, Handle};
 use super::status::{guard, FfiError, FfiResult};
 use super::{gs_status, gs_status::*, GS_MAX_NODE_PORTS, GS_NODE_IN_PLACE, GS_NODE_ZERO_OUTPUT, GS_SIZE_DYNAMIC};
 use crate::graph::{Graph, GraphBuilder, GraphInfo, NodeDesc, OutputSize, ValueRef};
+use crate::kernel::{CKernel, TaggedCtx};
 
 /// A graph: mutable until `gs_graph_finalize`, immutable and shareable between threads after.
 pub struct gs_graph {
@@ -277,7 +278,14 @@ pub unsafe extern "C" fn gs_graph_add_node(
         let sizes =
             unsafe { slice_arg(d.output_sizes, d.num_outputs as usize, max, "desc.output_sizes") }.map_err(of_node)?;
         let kernel = CKernel {
-            f: kernel,
+            // SAFETY: one signature up to the pointee of the first argument: a kernel's
+            // `gs_kernel_ctx *` is a `TaggedCtx *` (`ffi/ctx.rs`), passed the same way.
+            f: unsafe {
+                std::mem::transmute::<
+                    unsafe extern "C" fn(*mut gs_kernel_ctx, *mut c_void) -> i32,
+                    unsafe extern "C" fn(*mut TaggedCtx, *mut c_void) -> i32,
+                >(kernel)
+            },
             user_data: d.user_data,
         };
         let node = NodeDesc {
@@ -307,7 +315,10 @@ pub unsafe extern "C" fn gs_graph_add_node(
                     as crate::kernel::SizeFn
             }),
         };
-        let id = g.builder().add_node(node)?;
+        let mut builder = g.builder();
+        let id = builder.add_node(node)?;
+        builder.set_c_kernel(id, kernel);
+        drop(builder);
         // SAFETY: NULL or writable by contract.
         if let Some(out) = unsafe { out_node.as_mut() } {
             *out = id;

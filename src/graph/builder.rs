@@ -130,6 +130,12 @@ impl GraphBuilder {
         }
     }
 
+    /// Records that the kernel of `node` calls the C function `c` and nothing more, so that a
+    /// run may call `c` without the kernel's closure (the C API's nodes).
+    pub(crate) fn set_c_kernel(&mut self, node: u32, c: crate::kernel::CKernel) {
+        self.nodes.c_kernels[node as usize] = Some(c);
+    }
+
     /// Number of nodes added so far, graph inputs included; also the id the next node gets.
     pub fn node_count(&self) -> u32 {
         self.nodes.names.len() as u32
@@ -332,6 +338,7 @@ impl GraphBuilder {
         self.nodes.names.push(name);
         self.nodes.op_of.push(op);
         self.nodes.kernels.push(kernel.map(std::sync::Arc::from));
+        self.nodes.c_kernels.push(None);
         self.nodes.size_fns.push(None);
         self.nodes.estimate_ns.push(estimate_ns);
         self.nodes.zero_output.push(zero_output);

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::nodes::NodeTable;
 use super::{OutputSize, ValueRef};
-use crate::kernel::KernelFn;
+use crate::kernel::{CKernel, KernelFn};
 
 /// Figures about a finalized graph. (C: `gs_graph_info`).
 #[repr(C)]
@@ -193,6 +193,13 @@ impl Graph {
 
     pub(crate) fn kernel(&self, node: u32) -> Option<&KernelFn> {
         self.nodes.kernels[node as usize].as_deref()
+    }
+
+    /// The C function the kernel of `node` calls, if it is one: the same call as `kernel`'s,
+    /// without the closure around it.
+    #[inline]
+    pub(crate) fn c_kernel(&self, node: u32) -> Option<&CKernel> {
+        self.nodes.c_kernels[node as usize].as_ref()
     }
 
     /// Whether the node's output buffers are cleared before its kernel runs.

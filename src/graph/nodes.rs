@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use super::OutputSize;
-use crate::kernel::{KernelFn, SizeFnDyn};
+use crate::kernel::{CKernel, KernelFn, SizeFnDyn};
 
 /// Nodes and their values, by node id (and value index for `value_sizes`). Cloning shares the
 /// kernels and size functions.
@@ -20,6 +20,9 @@ pub(super) struct NodeTable {
     pub(super) op_of: Vec<u32>,
     /// `None` marks a graph input.
     pub(super) kernels: Vec<Option<Arc<KernelFn>>>,
+    /// Per node: the C function its kernel calls, if it is one (the C API's nodes), which a run
+    /// may call without the kernel's closure (`exec/lean.rs`).
+    pub(super) c_kernels: Vec<Option<CKernel>>,
     /// Per node: how its output sizes follow its input sizes, if they do.
     pub(super) size_fns: Vec<Option<Arc<SizeFnDyn>>>,
     pub(super) estimate_ns: Vec<Option<u64>>,
@@ -42,6 +45,7 @@ impl Default for NodeTable {
             op_types: Vec::new(),
             op_of: Vec::new(),
             kernels: Vec::new(),
+            c_kernels: Vec::new(),
             size_fns: Vec::new(),
             estimate_ns: Vec::new(),
             zero_output: Vec::new(),
