@@ -1,9 +1,9 @@
 //! A band's shared queue: the tasks of threads that have no deque set, and those beyond a set's
 //! room (`queues.rs`).
 //!
-//! A FIFO under a mutex, used in batches as Go's global run queue is: a thread queues every task
-//! of a band it made ready under one lock, and a thread looking for work takes one task and moves
-//! a batch more to its own deque under one lock. So the lock is taken per batch, never per task:
+//! A FIFO under a mutex, used in batches as Go's global run queue is: a thread queues the tasks
+//! of a band it made ready a batch per lock, and a thread looking for work takes one task and
+//! moves a batch more to its own deque under one lock. So the lock is taken per batch, never per task:
 //! a flood of ready nodes (a fan-out) costs no atomic per task. The queue keeps its buffer between
 //! runs, so a steady run allocates nothing here (crossbeam's injector, which this replaced,
 //! allocated a block per 63 tasks and fenced every push).
@@ -24,7 +24,8 @@ use crossbeam_deque::Worker;
 
 use super::executor::Task;
 
-/// Most tasks one take moves to the taker's deque, besides the one it returns.
+/// Most tasks one push queues, and one take moves to the taker's deque besides the one it
+/// returns, under one lock.
 const BATCH: usize = 32;
 
 pub(super) struct Overflow {
@@ -45,15 +46,19 @@ impl Overflow {
         self.len.load(Ordering::Relaxed) == 0
     }
 
-    /// Queues `tasks` at the back under one lock, raising `bit` in `mask` if the queue was empty.
+    /// Queues `tasks` at the back, [`BATCH`] under each lock (a thread taking work waits for
+    /// one batch, not for a whole fan-out), raising `bit` in `mask` when the queue was empty.
     pub fn push(&self, tasks: impl IntoIterator<Item = Task>, mask: &AtomicU32, bit: u32) {
-        let mut queue = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        let was_empty = queue.is_empty();
-        queue.extend(tasks);
-        if was_empty && !queue.is_empty() {
-            mask.fetch_or(bit, Ordering::Relaxed);
+        let mut tasks = tasks.into_iter().peekable();
+        while tasks.peek().is_some() {
+            let mut queue = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let was_empty = queue.is_empty();
+            queue.extend(tasks.by_ref().take(BATCH));
+            if was_empty {
+                mask.fetch_or(bit, Ordering::Relaxed);
+            }
+            self.len.store(queue.len(), Ordering::Relaxed);
         }
-        self.len.store(queue.len(), Ordering::Relaxed);
     }
 
     /// The task at the front, with up to half the rest (at most [`BATCH`] and `room`) moved to

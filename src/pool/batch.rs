@@ -46,31 +46,36 @@ impl Pool {
         let inner = nbytes + self.guard_bytes() * 2;
         let elsewhere = self.heaps.live();
         let mut st = self.lock();
-        for _ in 0..count {
-            if parked {
-                // Before the block counts in `live`: it never shows as live until handed out.
-                self.published.parked.fetch_add(nbytes as u64, Ordering::Relaxed);
-            }
-            let request = Request {
-                nbytes: inner,
-                requested: nbytes,
-                release_tick: NEVER,
-                owner,
-                at: None,
-            };
-            let addr = match st.acquire(request, self.config.large_threshold_bytes) {
-                Ok(addr) => addr,
+        if parked {
+            // Before the blocks count in `live`: they never show as live until handed out.
+            self.published
+                .parked
+                .fetch_add((nbytes * count) as u64, Ordering::Relaxed);
+        }
+        let request = Request {
+            nbytes: inner,
+            requested: nbytes,
+            release_tick: NEVER,
+            owner,
+            at: None,
+        };
+        let mut result = Ok(());
+        for taken in 0..count {
+            match st.acquire(request, self.config.large_threshold_bytes) {
+                Ok(addr) => out.push(self.hand_out(addr, nbytes, false)),
                 Err(e) => {
                     if parked {
-                        self.published.parked.fetch_sub(nbytes as u64, Ordering::Relaxed);
+                        let missing = (nbytes * (count - taken)) as u64;
+                        self.published.parked.fetch_sub(missing, Ordering::Relaxed);
                     }
-                    return Err(e);
+                    result = Err(e);
+                    break;
                 }
-            };
-            self.raise_peak(st.stats.live_bytes, elsewhere);
-            out.push(self.hand_out(addr, nbytes, false));
+            }
         }
-        Ok(())
+        // Live bytes only rose in the loop: its last figure is its highest.
+        self.raise_peak(st.stats.live_bytes, elsewhere);
+        result
     }
 
     /// Takes back many blocks of `by` under one lock. Every pointer is tried, as by
