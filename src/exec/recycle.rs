@@ -7,7 +7,7 @@
 //! run that held them took each value out, see `RunState`'s `Drop`) — so reuse only resets the
 //! counters, from the graph's templates.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::ops::Range;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
@@ -74,16 +74,47 @@ struct Bin {
     outputs: Spares<OutputList>,
 }
 
-/// An empty list for a result's graph outputs.
-pub(super) fn take_output_list(graph: &Graph) -> Vec<(u32, Slot)> {
-    let spare = bin(graph).outputs.take();
-    spare.map_or_else(|| Vec::with_capacity(graph.graph_outputs().len()), |l| l.0)
+/// Most outputs a list kept by a thread has room for (a few KiB).
+const THREAD_LIST_MAX: usize = 64;
+
+thread_local! {
+    /// One spare output list per thread, for any graph's runs: a thread that runs a graph and
+    /// frees its result, over and over, takes and keeps it without the graph's lock.
+    static OUTPUT_LIST: Cell<Option<OutputList>> = const { Cell::new(None) };
 }
 
-/// Keeps a result's output list, emptied, for the graph's next run.
+/// An empty list for a result's graph outputs: the thread's spare if it is long enough, else
+/// one of the graph's.
+pub(super) fn take_output_list(graph: &Graph) -> Vec<(u32, Slot)> {
+    let n = graph.graph_outputs().len();
+    let mine = OUTPUT_LIST.try_with(Cell::take).ok().flatten();
+    let spare = match mine {
+        Some(list) if list.0.capacity() >= n => return list.0,
+        Some(list) => {
+            keep_output_list(graph, list.0);
+            bin(graph).outputs.take()
+        }
+        None => bin(graph).outputs.take(),
+    };
+    spare.map_or_else(|| Vec::with_capacity(n), |l| l.0)
+}
+
+/// Keeps a result's output list, emptied, for the next run: as the thread's spare if it has
+/// none, else with the graph.
 pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
     list.clear();
-    bin(graph).outputs.keep(OutputList(list));
+    let mut list = Some(OutputList(list));
+    // A long list stays with its graph, which frees it with itself: a thread would hold it
+    // until it exits.
+    let small = list.as_ref().is_some_and(|l| l.0.capacity() <= THREAD_LIST_MAX);
+    let _ = OUTPUT_LIST.try_with(|spare| match spare.take() {
+        None if small => spare.set(list.take()),
+        kept => spare.set(kept),
+    });
+    // The thread has a spare already (or its storage is being torn down): the graph keeps it.
+    if let Some(list) = list {
+        bin(graph).outputs.keep(list);
+    }
 }
 
 /// What executing one node needs of its graph, in one record: read once per node instead of

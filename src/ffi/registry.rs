@@ -10,8 +10,10 @@
 //! garbage handle is never dereferenced, even under valgrind). The one misuse this cannot catch
 //! is freeing a handle while another thread is still inside a call on it.
 //!
-//! Creating and freeing take the free list's lock; they are rare. Segments of the table are
-//! allocated as needed and kept for the life of the process (still reachable, never leaked).
+//! Creating and freeing take the free list's lock, except that each thread keeps the last slot
+//! it freed for its next handle (a result created and freed per run takes no lock). Segments of
+//! the table are allocated as needed and kept for the life of the process (still reachable,
+//! never leaked).
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -76,9 +78,40 @@ fn slot_of(handle: usize) -> Option<(&'static Slot, u64)> {
     Some((&segment[index % SEGMENT_SLOTS], generation))
 }
 
+/// One free slot kept by the thread that freed it, for its next handle: a thread that makes
+/// and frees a handle per call (a run's result) takes neither lock of the free list. Given back
+/// to the list when the thread exits.
+struct ThreadSlot(std::cell::Cell<Option<u32>>);
+
+impl Drop for ThreadSlot {
+    fn drop(&mut self) {
+        if let Some(index) = self.0.take() {
+            FREE.lock().unwrap_or_else(|e| e.into_inner()).free.push(index);
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_SLOT: ThreadSlot = const { ThreadSlot(std::cell::Cell::new(None)) };
+}
+
 /// Registers the object at `addr` under type `tag` (non-zero) and returns its handle, or `None`
 /// if the table is full.
 pub(crate) fn register(tag: u8, addr: usize) -> Option<usize> {
+    let index = match THREAD_SLOT.try_with(|s| s.0.take()).ok().flatten() {
+        Some(index) => index,
+        None => take_slot()?,
+    };
+    let (slot, _) = slot_of(encode(index, 0)).expect("the segment exists");
+    // Generation 0 is never live, so that no handle is NULL.
+    let generation = generation_of(slot.state.load(Ordering::Relaxed)).max(1);
+    slot.addr.store(addr, Ordering::Relaxed);
+    slot.state.store(live_state(generation, tag), Ordering::Release);
+    Some(encode(index, generation))
+}
+
+/// A slot from the free list, or the next one never used; `None` if the table is full.
+fn take_slot() -> Option<u32> {
     let mut list = FREE.lock().unwrap_or_else(|e| e.into_inner());
     let index = match list.free.pop() {
         Some(index) => index,
@@ -99,12 +132,7 @@ pub(crate) fn register(tag: u8, addr: usize) -> Option<usize> {
             index
         }
     };
-    let (slot, _) = slot_of(encode(index, 0)).expect("the segment exists");
-    // Generation 0 is never live, so that no handle is NULL.
-    let generation = generation_of(slot.state.load(Ordering::Relaxed)).max(1);
-    slot.addr.store(addr, Ordering::Relaxed);
-    slot.state.store(live_state(generation, tag), Ordering::Release);
-    Some(encode(index, generation))
+    Some(index)
 }
 
 /// The address registered under `handle` with type `tag`, if it is live.
@@ -117,15 +145,27 @@ pub(crate) fn lookup(handle: usize, tag: u8) -> Option<usize> {
 /// changes) if it is not one.
 pub(crate) fn unregister(handle: usize, tag: u8) -> Option<usize> {
     let (slot, generation) = slot_of(handle)?;
-    let mut list = FREE.lock().unwrap_or_else(|e| e.into_inner());
     let next = ((generation + 1) & GENERATION_MASK) << 9;
-    // Under the lock: two frees of one handle cannot both succeed.
+    // One compare-exchange from the live state: two frees of one handle cannot both succeed,
+    // and the winner alone puts the slot on a free list.
     slot.state
         .compare_exchange(live_state(generation, tag), next, Ordering::AcqRel, Ordering::Relaxed)
         .ok()?;
+    // Ordered after the registration's by the exchange's Acquire, and read before the slot can
+    // serve again: once it is on a free list, another thread may register in it.
+    let addr = slot.addr.load(Ordering::Relaxed);
     let index = ((handle >> 4) as u64 & ((1 << INDEX_BITS) - 1)) as u32;
-    list.free.push(index);
-    Some(slot.addr.load(Ordering::Relaxed))
+    let kept = THREAD_SLOT.try_with(|s| match s.0.get() {
+        None => {
+            s.0.set(Some(index));
+            true
+        }
+        Some(_) => false,
+    });
+    if kept != Ok(true) {
+        FREE.lock().unwrap_or_else(|e| e.into_inner()).free.push(index);
+    }
+    Some(addr)
 }
 
 #[cfg(test)]
