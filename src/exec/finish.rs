@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 
 impl RunState<'_> {
     /// After the kernel call ended: on failure, records it; on success, releases and readiness.
-    /// `PENDING` only gives the end of a pending node its own copy: shared with `execute`, the
-    /// panic guard around `finish_node` was no longer inlined there (11 instructions a node,
-    /// counted by benches/c/instructions.sh).
+    /// `PENDING` only gives the end of a pending node its own copy: shared with
+    /// `execute_general`, the panic guard around `finish_node` was no longer inlined there (11
+    /// instructions a node, counted by benches/c/instructions.sh).
     #[inline(always)]
     pub(super) fn end_node<const PENDING: bool>(
         &self,

@@ -6,11 +6,12 @@
 //! run when it is plain (`Step::plain`: small static outputs, none in place, none cleared, none
 //! given a hint), its thread has a cache, and this call is not one the learned estimates time.
 //!
-//! The short path does what the general one (`RunState::execute`) does for such a node, with
-//! everything that cannot arise left out: its output blocks come from the thread's cache, the
-//! kernel is called behind its own panic guard, its descriptors are checked, and the node ends
-//! (`finish_node`) under the same guard as the rest, which knows from a flag whether the panic
-//! it caught came before the kernel's end or after. Whatever is not a plain success (a failed,
+//! The short path does what the general one (`RunState::execute_general`, `run_kernel`) does for
+//! such a node, with everything that cannot arise left out: its output blocks come from the
+//! thread's cache, the kernel is called (a Rust kernel behind its own panic guard; a C API
+//! kernel straight through its function, which cannot unwind), its descriptors are checked, and
+//! the node ends (`finish_node`) under the same guard as the rest, which knows from a flag
+//! whether the panic it caught came before the kernel's end or after. Whatever is not a plain success (a failed,
 //! panicking or deferring kernel, a broken descriptor, a refill the pool refused) goes to the
 //! general path's end at the point it arose, out of line.
 
@@ -31,8 +32,8 @@ use crate::pool::sanitize;
 use crate::tensor::Tensor;
 
 impl RunState<'_> {
-    /// The thread's block cache, if `node` takes the short path now (module docs). Counts the
-    /// call for sampling either way (`Scratch::executed`).
+    /// The thread's block cache, if `node` takes the short path now (module docs): not if this
+    /// call, the thread's next (`Scratch::executed + 1`), is one the estimates time.
     #[inline(always)]
     pub(super) fn lean_cache(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<&mut BlockCache> {
         if !(self.lean && step.plain) || (step.hinted && self.hints.is_some()) {

@@ -43,21 +43,29 @@ impl Overflow {
 
     /// Whether the queue was empty at its last unlock (see the module docs for what orders it).
     pub fn is_empty(&self) -> bool {
-        self.len.load(Ordering::Relaxed) == 0
+        self.len.load(Ordering::Acquire) == 0
     }
 
     /// Queues `tasks` at the back, [`BATCH`] under each lock (a thread taking work waits for
     /// one batch, not for a whole fan-out), raising `bit` in `mask` when the queue was empty.
     pub fn push(&self, tasks: impl IntoIterator<Item = Task>, mask: &AtomicU32, bit: u32) {
-        let mut tasks = tasks.into_iter().peekable();
-        while tasks.peek().is_some() {
+        let mut tasks = tasks.into_iter();
+        loop {
+            // The batch is gathered before the lock: nothing of the caller's runs under it, so
+            // the queue, its length and its bit change together or not at all.
+            let mut batch = [None; BATCH];
+            let n = batch.iter_mut().zip(tasks.by_ref()).map(|(b, t)| *b = Some(t)).count();
+            if n == 0 {
+                return;
+            }
             let mut queue = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
             let was_empty = queue.is_empty();
-            queue.extend(tasks.by_ref().take(BATCH));
+            queue.extend(batch[..n].iter().flatten());
             if was_empty {
                 mask.fetch_or(bit, Ordering::Relaxed);
             }
-            self.len.store(queue.len(), Ordering::Relaxed);
+            // Release, after the bit: whoever sees the length (Acquire) sees the bit.
+            self.len.store(queue.len(), Ordering::Release);
         }
     }
 
@@ -80,7 +88,7 @@ impl Overflow {
         if queue.is_empty() {
             mask.fetch_and(!bit, Ordering::Relaxed);
         }
-        self.len.store(queue.len(), Ordering::Relaxed);
+        self.len.store(queue.len(), Ordering::Release);
         Some((first, moved))
     }
 }

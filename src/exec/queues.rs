@@ -81,8 +81,8 @@ impl Borrowed<'_> {
     }
 
     /// Gives the set back empty: tasks of other runs this caller queued while it helped them go
-    /// to the shared queues, where anyone finds them. Returns how many moved (the caller wakes
-    /// sleepers for them).
+    /// to the shared queues, where anyone finds them. Returns about how many moved (thieves may
+    /// take some meanwhile), for the caller to wake sleepers.
     pub fn give_back(mut self) -> usize {
         self.empty()
     }
