@@ -50,17 +50,14 @@ impl Overflow {
     /// one batch, not for a whole fan-out), raising `bit` in `mask` when the queue was empty.
     pub fn push(&self, tasks: impl IntoIterator<Item = Task>, mask: &AtomicU32, bit: u32) {
         let mut tasks = tasks.into_iter();
-        loop {
-            // The batch is gathered before the lock: nothing of the caller's runs under it, so
-            // the queue, its length and its bit change together or not at all.
-            let mut batch = [None; BATCH];
-            let n = batch.iter_mut().zip(tasks.by_ref()).map(|(b, t)| *b = Some(t)).count();
-            if n == 0 {
-                return;
-            }
+        // The batch is gathered before the lock: nothing of the caller's runs under it, so the
+        // queue, its length and its bit change together or not at all.
+        while let Some(first) = tasks.next() {
+            let mut batch = [first; BATCH];
+            let n = 1 + batch[1..].iter_mut().zip(tasks.by_ref()).map(|(b, t)| *b = t).count();
             let mut queue = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
             let was_empty = queue.is_empty();
-            queue.extend(batch[..n].iter().flatten());
+            queue.extend(&batch[..n]);
             if was_empty {
                 mask.fetch_or(bit, Ordering::Relaxed);
             }
