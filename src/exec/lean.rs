@@ -35,7 +35,7 @@ impl RunState<'_> {
     /// The thread's block cache, if `node` takes the short path now (module docs): not if this
     /// call, the thread's next (`Scratch::executed + 1`), is one the estimates time.
     #[inline(always)]
-    pub(super) fn lean_cache(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<&mut BlockCache> {
+    pub(super) fn lean_cache(&self, node: u32, step: &Step, scratch: &Scratch) -> Option<&mut BlockCache> {
         if !(self.lean && step.plain) || (step.hinted && self.hints.is_some()) {
             return None;
         }
