@@ -238,7 +238,12 @@ impl CKernel {
 
     /// Calls the function on `ctx`, as a [`Kernel`] returns.
     pub fn call(&self, ctx: &mut KernelCtx<'_>) -> std::result::Result<(), String> {
-        match self.call_raw(ctx) {
+        Self::result(self.call_raw(ctx))
+    }
+
+    /// What a return code tells, as a [`Kernel`] returns it.
+    pub fn result(rc: i32) -> std::result::Result<(), String> {
+        match rc {
             0 => Ok(()),
             rc => Err(format!("kernel returned {rc}")),
         }

@@ -150,7 +150,9 @@ impl RunState<'_> {
         let outputs = unsafe { self.output_slots(step.values()) };
         let plain = step.plain && self.plain_run && !(step.hinted && self.hints.is_some());
         let placed = match self.cache(scratch.slot) {
-            Some(cache) if plain => self.place_plain(node, first, outputs, &mut scratch.acquires, cache),
+            Some(cache) if plain => self
+                .place_plain(node, first, outputs, &mut scratch.acquires, cache)
+                .map(|()| None),
             _ => self.place_outputs(node, first, outputs, scratch),
         };
         match placed {
@@ -161,15 +163,17 @@ impl RunState<'_> {
 
     /// The outputs of a plain node (see `Step::plain`) in a run without a plan, on a thread
     /// with a block cache: each a block of that cache. What `place_outputs` does for such a
-    /// node, without the cases that cannot arise, for the nodes most graphs are made of.
-    fn place_plain(
+    /// node, without the cases that cannot arise, for the nodes most graphs are made of (and
+    /// what the short path places them with, `lean.rs`).
+    #[inline(always)]
+    pub(super) fn place_plain(
         &self,
         node: u32,
         first: u32,
         outputs: &mut [Slot],
         acquires: &mut u64,
         cache: &mut BlockCache,
-    ) -> Result<Option<usize>> {
+    ) -> Result<()> {
         for k in 0..outputs.len() {
             let v = first + k as u32;
             // Plain outputs are statically sized.
@@ -190,7 +194,7 @@ impl RunState<'_> {
                 buffer,
             };
         }
-        Ok(None)
+        Ok(())
     }
 
     /// Places every output of `node` in the first way that applies: the input it takes over,

@@ -26,9 +26,8 @@ use super::pending::{Called, PendingNode};
 use super::recycle::Step;
 use super::scratch::Scratch;
 use super::state::{RunState, Slot};
-use crate::error::{Error, Result};
-use crate::kernel::KernelCtx;
-use crate::pool::sanitize;
+use crate::error::Result;
+use crate::kernel::{CKernel, KernelCtx};
 use crate::tensor::Tensor;
 
 impl RunState<'_> {
@@ -96,21 +95,7 @@ impl RunState<'_> {
         let g = self.graph;
         // SAFETY: this thread executes the node whose outputs these are.
         let outputs = unsafe { self.output_slots(step.values()) };
-        for k in 0..outputs.len() {
-            let v = step.first + k as u32;
-            // Plain outputs are statically sized.
-            let n = g.value_size(v).bytes().unwrap_or(0);
-            let (buffer, refills) = match self.take_cached(cache, n) {
-                Ok(taken) => taken,
-                Err(e) => return Err(self.lean_placement_failed(node, v, &mut outputs[..k], e)),
-            };
-            scratch.acquires += refills;
-            sanitize::reveal(buffer.ptr.cast(), n);
-            outputs[k] = Slot {
-                tensor: Tensor::new(buffer.ptr, n),
-                buffer,
-            };
-        }
+        self.place_plain(node, step.first, outputs, &mut scratch.acquires, cache)?;
         let inputs = &self.inputs[step.inputs()];
         // SAFETY: as in `call_kernel`: every pointer is to the slot of an input whose producer
         // finished before this node became ready, and which nobody writes until it is done.
@@ -177,14 +162,6 @@ impl RunState<'_> {
         };
         self.end_call(node, outputs, deferred, called, scratch)
     }
-
-    /// A refill for value `v` failed: the outputs placed before it (`placed`) go back.
-    #[cold]
-    #[inline(never)]
-    fn lean_placement_failed(&self, node: u32, v: u32, placed: &mut [Slot], e: Error) -> Error {
-        self.unplace(placed, None);
-        self.placement_error(node, v, e)
-    }
 }
 
 /// How a kernel call on the short path returned.
@@ -204,8 +181,7 @@ impl Returned {
     /// As a guarded call of the kernel's closure returns (`KernelFn`).
     fn outcome(self) -> std::thread::Result<std::result::Result<(), String>> {
         match self {
-            Returned::C(0) => Ok(Ok(())),
-            Returned::C(rc) => Ok(Err(format!("kernel returned {rc}"))),
+            Returned::C(rc) => Ok(CKernel::result(rc)),
             Returned::Rust(outcome) => outcome,
         }
     }

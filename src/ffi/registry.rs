@@ -86,7 +86,7 @@ struct ThreadSlot(std::cell::Cell<Option<u32>>);
 impl Drop for ThreadSlot {
     fn drop(&mut self) {
         if let Some(index) = self.0.take() {
-            FREE.lock().unwrap_or_else(|e| e.into_inner()).free.push(index);
+            free_slot(index);
         }
     }
 }
@@ -108,6 +108,11 @@ pub(crate) fn register(tag: u8, addr: usize) -> Option<usize> {
     slot.addr.store(addr, Ordering::Relaxed);
     slot.state.store(live_state(generation, tag), Ordering::Release);
     Some(encode(index, generation))
+}
+
+/// Puts a slot on the free list.
+fn free_slot(index: u32) {
+    FREE.lock().unwrap_or_else(|e| e.into_inner()).free.push(index);
 }
 
 /// A slot from the free list, or the next one never used; `None` if the table is full.
@@ -163,7 +168,7 @@ pub(crate) fn unregister(handle: usize, tag: u8) -> Option<usize> {
         Some(_) => false,
     });
     if kept != Ok(true) {
-        FREE.lock().unwrap_or_else(|e| e.into_inner()).free.push(index);
+        free_slot(index);
     }
     Some(addr)
 }
