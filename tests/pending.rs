@@ -26,8 +26,9 @@ struct Work {
 // its completion, which the device calls after writing.
 
 /// A device: a thread that holds deferred work until `batch` pieces arrived (or the channel
-/// closes), then does them in a random order (seeded), with a short pause before each, so that
-/// completions come late, out of order, and from a thread that runs no kernels.
+/// closes), then does them in a random order (seeded), with a pause of `pause_us` to 4 x
+/// `pause_us` microseconds before each, so that completions come late, out of order, and from a
+/// thread that runs no kernels.
 struct Device {
     tx: Option<Sender<Work>>,
     thread: Option<JoinHandle<()>>,
@@ -38,7 +39,7 @@ struct Device {
 }
 
 impl Device {
-    fn new(batch: usize, seed: u64) -> Device {
+    fn new(batch: usize, seed: u64, pause_us: u64) -> Device {
         let (tx, rx) = channel::<Work>();
         let in_flight = Arc::new(AtomicUsize::new(0));
         let completed = Arc::new(AtomicUsize::new(0));
@@ -64,7 +65,7 @@ impl Device {
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let w = held.swap_remove((rng % held.len() as u64) as usize);
-                    std::thread::sleep(Duration::from_micros(100 + rng % 300));
+                    std::thread::sleep(Duration::from_micros(pause_us + rng % (3 * pause_us)));
                     // SAFETY: the node is pending, so its output block is allocated and its own.
                     unsafe { std::ptr::write_bytes(w.out as *mut u8, w.byte, w.len) };
                     flight.fetch_sub(1, Ordering::SeqCst);
@@ -198,7 +199,7 @@ fn total(width: usize) -> u64 {
 fn deferred_nodes_complete_in_random_order_from_another_thread() {
     let width = 24;
     for (threads, seed) in [(0, 1), (1, 2), (2, 3), (3, 4), (2, 5)] {
-        let device = Device::new(5, seed);
+        let device = Device::new(5, seed, 100);
         let handle = Arc::new(device.handle());
         let (g, sum) = graph(width, &handle, None);
         let pool = Arc::new(Pool::default());
@@ -341,7 +342,7 @@ fn a_completion_before_the_kernel_returns_ends_the_node_at_once() {
 fn failed_and_dropped_completions_fail_the_run_and_every_buffer_comes_back() {
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
-    let device = Device::new(3, 9);
+    let device = Device::new(3, 9, 100);
     let handle = Arc::new(device.handle());
     let (g, _) = graph(8, &handle, Some(5));
     for executor in [None, Some(&executor)] {
@@ -432,7 +433,7 @@ fn a_kernel_error_after_deferring_still_waits_for_the_completion() {
 
 #[test]
 fn a_cancelled_run_waits_for_its_pending_nodes_then_gives_every_buffer_back() {
-    let device = Device::new(4, 11);
+    let device = Device::new(4, 11, 100);
     let handle = Arc::new(device.handle());
     let (g, _) = graph(16, &handle, None);
     let pool = Arc::new(Pool::default());
@@ -476,7 +477,7 @@ fn a_cancelled_run_waits_for_its_pending_nodes_then_gives_every_buffer_back() {
 fn the_window_counts_pending_nodes_and_memory_admission_covers_them() {
     let width = 12;
     for (window, limit) in [(2, 0), (3, 0), (0, 4 * 256 + 12 * 8)] {
-        let device = Device::new(8, 21);
+        let device = Device::new(8, 21, 100);
         let handle = Arc::new(device.handle());
         let (g, sum) = graph(width, &handle, None);
         let executor = Executor::new(3).unwrap();
@@ -509,9 +510,10 @@ fn the_window_counts_pending_nodes_and_memory_admission_covers_them() {
 
 #[test]
 fn a_deadline_passed_while_nodes_are_pending_waits_for_them() {
-    // The device holds each piece of work until 8 are in or 2 ms passed, then takes 100-400 us
-    // per piece: 16 nodes take several milliseconds, and the deadline passes meanwhile.
-    let device = Device::new(8, 31);
+    // The device holds each piece of work until 8 are in or 2 ms passed, then takes 4-16 ms per
+    // piece: 16 nodes take over 100 ms, and the deadline, 30 ms after the run starts, passes
+    // meanwhile. (A deadline of 500 us once passed on a loaded machine before any node ran.)
+    let device = Device::new(8, 31, 4000);
     let handle = Arc::new(device.handle());
     let (g, _) = graph(16, &handle, None);
     let pool = Arc::new(Pool::default());
@@ -519,7 +521,7 @@ fn a_deadline_passed_while_nodes_are_pending_waits_for_them() {
     for executor in [None, Some(&executor)] {
         let options = RunOptions {
             executor,
-            deadline: Some(std::time::Instant::now() + Duration::from_micros(500)),
+            deadline: Some(std::time::Instant::now() + Duration::from_millis(30)),
             ..RunOptions::default()
         };
         let e = graphsched::run(&g, &pool, &options)
