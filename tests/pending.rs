@@ -247,7 +247,9 @@ fn a_thread_runs_other_nodes_while_a_node_is_pending() {
                 }),
             )
             .output(16)
-            .estimate_ns(1_000_000),
+            // Far above any thread time a preempted kernel could show (`work_ns` is at most
+            // the estimate), and above "signal"'s, so that "wait" runs first.
+            .estimate_ns(1_000_000_000),
         )
         .unwrap();
     let signal = b
@@ -260,7 +262,7 @@ fn a_thread_runs_other_nodes_while_a_node_is_pending() {
                     // "wait" holds its thread for microseconds: its latency, measured to this
                     // completion, must be well above that for the run to learn that it defers,
                     // even when a loaded machine preempts the kernel for a while.
-                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                     c.complete(Ok(()));
                     Ok(())
                 }),
