@@ -35,12 +35,12 @@ fn empty() -> graphsched::Kernel {
     Box::new(|_| Ok(()))
 }
 
-/// A chain of `n` nodes.
-fn chain(n: u32) -> Graph {
+/// A chain of `n` nodes with outputs of `bytes`.
+fn chain(n: u32, bytes: usize) -> Graph {
     let mut b = GraphBuilder::new();
     let mut prev = None;
     for i in 0..n {
-        let mut d = NodeDesc::new(format!("n{i}"), "Op", empty()).output(64);
+        let mut d = NodeDesc::new(format!("n{i}"), "Op", empty()).output(bytes);
         if let Some(p) = prev {
             d = d.input(ValueRef::new(p, 0));
         }
@@ -100,7 +100,16 @@ fn fewest_allocations(mut f: impl FnMut()) -> u64 {
 #[test]
 fn a_steady_run_without_an_executor_allocates_nothing() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, graph) in [("chain", chain(500)), ("fan", fan(300))] {
+    // The wide fan's values fill 75 slabs, which empty when the run ends and go back to the
+    // arena, to be carved again by the next run; the large chain's values are blocks of their
+    // own, placed by the arena.
+    let graphs = [
+        ("chain", chain(500, 64)),
+        ("large chain", chain(50, 256 << 10)),
+        ("fan", fan(300)),
+        ("wide fan", fan(20_000)),
+    ];
+    for (name, graph) in graphs {
         let graph = Arc::new(graph);
         let options = RunOptions {
             // Learning may recompute the priorities (an allocation) when estimates move; with
@@ -116,13 +125,14 @@ fn a_steady_run_without_an_executor_allocates_nothing() {
 /// tasks per band without allocating; past that, tasks go to the band's shared queue, which keeps
 /// its buffer from run to run (`exec/overflow.rs`): a steady fan of 300, which overflows the
 /// caller's deque, allocates nothing, nor does a chain, which continues on one thread. With a
-/// worker too, it takes its work from the shared queue into its own deque, which has room.
+/// worker too, it takes its work from the shared queue into its own deque, which has room. The
+/// wide fan's values also go through the central pool, past the threads' caches.
 #[test]
 fn a_steady_run_on_an_executor_allocates_nothing() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     for threads in [1, 2] {
         let executor = Executor::new(threads).unwrap();
-        for (name, graph) in [("chain", chain(500)), ("fan", fan(300))] {
+        for (name, graph) in [("chain", chain(500, 64)), ("fan", fan(300)), ("wide fan", fan(20_000))] {
             let graph = Arc::new(graph);
             let options = RunOptions {
                 executor: Some(&executor),
@@ -213,7 +223,7 @@ fn a_steady_run_through_the_c_api_allocates_nothing() {
 #[test]
 fn a_steady_sequential_run_takes_the_pool_lock_for_a_few_refills_not_per_node() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    let graph = Arc::new(chain(500));
+    let graph = Arc::new(chain(500, 64));
     let pool = Arc::new(Pool::default());
     let options = RunOptions::default();
     drop(graphsched::run(&graph, &pool, &options).unwrap());

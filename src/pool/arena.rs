@@ -57,14 +57,20 @@ pub(super) struct OsCounters {
     pub free_bytes: u64,
 }
 
+type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
+
 pub(super) struct Arena {
     region_bytes: usize,
     regions: Vec<Option<Region>>,
     free: BTreeMap<usize, Free>,
     by_size: BTreeSet<(usize, usize)>,
-    used: BTreeMap<usize, Used>,
+    /// Used blocks by start, and each one's start by its end (for the neighbour to the left of
+    /// a free block). Hash maps keep their memory when entries go, where a B-tree frees its
+    /// nodes: a run that carves and releases the same blocks again allocates nothing.
+    used: AddrMap<Used>,
+    used_ends: AddrMap<usize>,
     /// Released blocks by exact size, not yet coalesced (still in `used`).
-    recent: HashMap<usize, Vec<usize>, BuildHasherDefault<AddrHasher>>,
+    recent: AddrMap<Vec<usize>>,
     /// Blocks in `recent`: none, and `settle` has nothing to do.
     waiting: usize,
     /// start -> end; page aligned, disjoint, always inside free blocks.
@@ -81,7 +87,8 @@ impl Arena {
             regions: Vec::new(),
             free: BTreeMap::new(),
             by_size: BTreeSet::new(),
-            used: BTreeMap::new(),
+            used: AddrMap::default(),
+            used_ends: AddrMap::default(),
             recent: HashMap::default(),
             waiting: 0,
             decommitted: BTreeMap::new(),
@@ -136,6 +143,7 @@ impl Arena {
             self.put_free(at + n, addr + size - at - n, region);
         }
         self.used.insert(at, Used { size: n, region });
+        self.used_ends.insert(at + n, at);
         self.recommit(at, at + n);
         self.regions[region as usize]
             .as_mut()
@@ -201,11 +209,14 @@ impl Arena {
             return;
         }
         self.waiting = 0;
-        for (_, blocks) in std::mem::take(&mut self.recent) {
-            for addr in blocks {
+        // The lists keep their memory for the next releases: a steady run allocates nothing.
+        let mut recent = std::mem::take(&mut self.recent);
+        for blocks in recent.values_mut() {
+            for addr in blocks.drain(..) {
                 self.coalesce(addr);
             }
         }
+        self.recent = recent;
     }
 
     /// Frees a block and merges it with free neighbours; returns the free block (address, size).
@@ -214,6 +225,7 @@ impl Arena {
             .used
             .remove(&addr)
             .expect("the pool releases only blocks it placed");
+        self.used_ends.remove(&(addr + u.size));
         let (mut start, mut end) = (addr, addr + u.size);
         if let Some((&a, &f)) = self.free.range(..addr).next_back() {
             if a + f.size == addr && f.region == u.region {
@@ -346,9 +358,9 @@ impl Arena {
     }
 
     fn left_tick(&self, addr: usize, tick_of: &dyn Fn(usize) -> u64) -> u64 {
-        match self.used.range(..addr).next_back() {
-            Some((&a, u)) if a + u.size == addr => tick_of(a),
-            _ => NEVER, // the region's start
+        match self.used_ends.get(&addr) {
+            Some(&a) => tick_of(a),
+            None => NEVER, // the region's start
         }
     }
 
@@ -406,6 +418,8 @@ impl Arena {
         let total: usize =
             self.free.values().map(|f| f.size).sum::<usize>() + self.used.values().map(|u| u.size).sum::<usize>();
         assert_eq!(total, self.mapped);
+        assert!(self.used.iter().all(|(&a, u)| self.used_ends.get(&(a + u.size)) == Some(&a)));
+        assert_eq!(self.used_ends.len(), self.used.len());
     }
 }
 

@@ -112,6 +112,9 @@ pub(super) struct Slabs {
     spare_ids: Vec<u32>,
     /// Per class: the one empty slab kept (still listed in `partial`).
     empty: Vec<Option<u32>>,
+    /// Per class: the free lists and block maps of freed slabs, for the next slabs of the class:
+    /// a run that empties slabs and fills them again allocates nothing.
+    retired: Vec<Vec<(Vec<u32>, Vec<u32>)>>,
     /// Slab ids by page (address >> `PAGE_SHIFT`): the slabs overlapping it, `NO_SLAB` for
     /// none. A release finds its slab with one hash lookup instead of an ordered search.
     by_page: HashMap<usize, [u32; 2], BuildHasherDefault<AddrHasher>>,
@@ -128,6 +131,7 @@ impl Slabs {
         Slabs {
             partial: vec![Vec::new(); classes.count()],
             empty: vec![None; classes.count()],
+            retired: vec![Vec::new(); classes.count()],
             classes,
             slabs: Vec::new(),
             spare_ids: Vec::new(),
@@ -220,13 +224,14 @@ impl Slabs {
         }
     }
 
-    /// Returns the kept empty slabs to the arena.
+    /// Returns the kept empty slabs to the arena, and frees the bookkeeping kept for new slabs.
     pub fn release_empty(&mut self, arena: &mut Arena) {
         for class in 0..self.empty.len() {
             if let Some(id) = self.empty[class].take() {
                 self.free_slab(arena, id);
             }
         }
+        self.retired.iter_mut().for_each(Vec::clear);
     }
 
     fn free_slab(&mut self, arena: &mut Arena, id: u32) {
@@ -245,6 +250,7 @@ impl Slabs {
             partial.swap_remove(pos);
         }
         arena.release(slab.base, slab.bytes);
+        self.retired[slab.class as usize].push((slab.free, slab.meta));
     }
 
     fn new_slab(&mut self, arena: &mut Arena, class: usize) -> Result<u32> {
@@ -253,16 +259,22 @@ impl Slabs {
         // Slabs live as long as their blocks do: unknown, so as long-lived.
         let base = arena.alloc(bytes, &|_| NEVER)?;
         let capacity = (bytes / block) as u32;
+        // A retired slab of the class has room for as many blocks: nothing to allocate.
+        let (mut free, mut meta) = self.retired[class].pop().unwrap_or_default();
+        free.clear();
+        free.reserve(capacity as usize);
+        meta.clear();
+        meta.resize(capacity as usize, 0);
         let slab = Slab {
             base,
             bytes,
             block,
             capacity,
             fresh: 0,
-            free: Vec::with_capacity(capacity as usize),
+            free,
             used: 0,
             class: class as u16,
-            meta: vec![0; capacity as usize],
+            meta,
         };
         let id = match self.spare_ids.pop() {
             Some(id) => {
