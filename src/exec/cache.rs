@@ -173,9 +173,9 @@ impl RunState<'_> {
     }
 }
 
-/// Gives blocks back to the pool under one lock (a cache's surplus, a refill's leftovers), parked
-/// ones if `parked` (`Pool::park`). Caller memory (NULL) and empty dynamic outputs (capacity 0,
-/// never from the pool) are skipped.
+/// Gives blocks back to the pool under one lock (a cache's surplus, a refill's leftovers, a
+/// result's outputs), parked ones if `parked` (`Pool::park`). Caller memory (NULL) and empty
+/// dynamic outputs (capacity 0, never from the pool) are skipped; nothing left takes no lock.
 pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer>, parked: bool) {
     let blocks = buffers
         .into_iter()
@@ -190,8 +190,7 @@ pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer
     }
 }
 
-/// Gives one buffer back to the pool, as [`release_many`] does; nothing to give back takes no
-/// lock.
+/// Gives one buffer back to the pool, as [`release_many`] does.
 pub(super) fn release(pool: &Pool, buffer: Buffer) {
     if buffer.capacity > 0 && !buffer.ptr.is_null() {
         release_many(pool, std::iter::once(buffer), false);

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cache::release;
+use super::cache::{release, release_many};
 use super::executor::Executor;
 use super::recycle::{keep_output_list, take_output_list};
 use super::scratch::Scratch;
@@ -269,14 +269,17 @@ impl RunResult {
 
 impl Drop for RunResult {
     fn drop(&mut self) {
-        let arena = (self.arena.ptr as usize, self.arena.capacity);
-        for (_, slot) in self.outputs.drain(..) {
-            let p = slot.buffer.ptr as usize;
-            if !(p >= arena.0 && p < arena.0 + arena.1) {
-                release(&self.pool, slot.buffer);
-            }
+        let arena = std::mem::replace(&mut self.arena, Buffer::NONE);
+        let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
+        // Read in place (a slot is 176 bytes, `Copy`: nothing to drop), then cleared. Many
+        // outputs go back under one lock; one goes by the shorter path.
+        let outputs = self.outputs.iter().map(|(_, slot)| slot.buffer).filter(|b| !in_arena(b));
+        match self.outputs.len() {
+            1 => outputs.for_each(|b| release(&self.pool, b)),
+            _ => release_many(&self.pool, outputs, false),
         }
-        release(&self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
+        self.outputs.clear();
+        release(&self.pool, arena);
         keep_output_list(&self.graph, std::mem::take(&mut self.outputs));
     }
 }

@@ -78,8 +78,8 @@ impl Pool {
         result
     }
 
-    /// Takes back many blocks of `by` under one lock. Every pointer is tried, as by
-    /// [`release_by`](Self::release_by); the first error is returned.
+    /// Takes back many blocks of `by` under one lock (none: no lock). Every pointer is tried, as
+    /// by [`release_by`](Self::release_by); the first error is returned.
     ///
     /// # Safety
     /// As for [`release`](Self::release), for every pointer.
@@ -90,10 +90,14 @@ impl Pool {
         by: Owner,
         parked: bool,
     ) -> Result<()> {
+        let mut ptrs = ptrs.into_iter();
+        let Some(first) = ptrs.next() else {
+            return Ok(());
+        };
         let mut st = self.lock();
         let mut first_error = Ok(());
         let before = st.stats.live_bytes;
-        for p in ptrs {
+        for p in std::iter::once(first).chain(ptrs) {
             let result = self.take_back(&mut st, p, by);
             if first_error.is_ok() {
                 first_error = result;
