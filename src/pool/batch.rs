@@ -59,10 +59,22 @@ impl Pool {
             owner,
             at: None,
         };
+        let large_threshold = self.config.large_threshold_bytes;
+        let small = (inner as u64) < large_threshold;
         let mut result = Ok(());
-        for taken in 0..count {
-            match st.acquire(request, self.config.large_threshold_bytes) {
-                Ok(addr) => out.push(self.hand_out(addr, nbytes, false)),
+        let mut taken = 0;
+        while taken < count {
+            let mut hand_out = |addr| out.push(self.hand_out(addr, nbytes, false));
+            // Small blocks come a slab's run at a time.
+            let got = match small {
+                true => st.acquire_small(request, count - taken, hand_out),
+                false => st.acquire(request, large_threshold).map(|addr| {
+                    hand_out(addr);
+                    1
+                }),
+            };
+            match got {
+                Ok(n) => taken += n,
                 Err(e) => {
                     if parked {
                         let missing = (nbytes * (count - taken)) as u64;

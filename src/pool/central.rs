@@ -141,6 +141,22 @@ impl State {
         Ok(addr)
     }
 
+    /// Up to `max` (at least 1) small blocks for `request` (below the large threshold, with no
+    /// place asked for), all from one slab, each address given to `take`, counted as `acquire`
+    /// counts each; returns how many. A batch costs one look-up of its slab.
+    pub fn acquire_small(&mut self, request: Request, max: usize, take: impl FnMut(usize)) -> Result<usize> {
+        let commits = self.os_allocs();
+        let (_, given) = self
+            .slabs
+            .alloc_run(&mut self.small, request.nbytes, request.owner, max, take)?;
+        // Only a new slab commits memory, for the first block taken from it.
+        let committed = self.committed_since(commits);
+        self.stats.acquires += given as u64;
+        self.stats.cache_hits += (given - committed as usize) as u64;
+        self.stats.live_bytes += (request.requested * given) as u64;
+        Ok(given)
+    }
+
     /// A block of `nbytes` for a heap (`Owner::Heap`), counted neither as an acquire nor as
     /// live: the heap counts what it hands out. Returns the block and whether memory had to be
     /// committed.
@@ -159,13 +175,18 @@ impl State {
     fn take(&mut self, request: Request, large_threshold: u64) -> Result<(usize, bool)> {
         let commits = self.os_allocs();
         let addr = self.place(request, large_threshold)?;
+        Ok((addr, self.committed_since(commits)))
+    }
+
+    /// Whether memory was committed since the system's count was `commits`; if so, the peak of
+    /// reserved bytes follows (they grow only by committing).
+    fn committed_since(&mut self, commits: u64) -> bool {
         let committed = self.os_allocs() != commits;
         if committed {
-            // Reserved bytes grow only by committing memory.
             let reserved = self.committed() as u64;
             self.stats.peak_reserved_bytes = self.stats.peak_reserved_bytes.max(reserved);
         }
-        Ok((addr, committed))
+        committed
     }
 
     fn place(&mut self, request: Request, large_threshold: u64) -> Result<usize> {

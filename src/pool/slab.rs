@@ -143,6 +143,22 @@ impl Slabs {
     /// A block for `nbytes` (at most the largest class), live for `owner`; returns its address
     /// and slab id.
     pub fn alloc(&mut self, arena: &mut Arena, nbytes: usize, owner: Owner) -> Result<(usize, u32)> {
+        let mut addr = 0;
+        let id = self.alloc_run(arena, nbytes, owner, 1, |a| addr = a)?.0;
+        Ok((addr, id))
+    }
+
+    /// Up to `max` (at least 1) blocks for `nbytes`, live for `owner`, all from one slab (the
+    /// class's newest partial one, or a new one), each address given to `take`; returns the
+    /// slab's id and how many blocks it gave. A batch costs one look-up of its slab.
+    pub fn alloc_run(
+        &mut self,
+        arena: &mut Arena,
+        nbytes: usize,
+        owner: Owner,
+        max: usize,
+        mut take: impl FnMut(usize),
+    ) -> Result<(u32, usize)> {
         let class = self.classes.index(nbytes);
         let id = match self.partial[class].last() {
             Some(&id) => id,
@@ -152,19 +168,25 @@ impl Slabs {
             self.empty[class] = None;
         }
         let slab = self.slabs[id as usize].as_mut().expect("partial slabs are live");
-        let index = match slab.free.pop() {
-            Some(i) => i,
-            None => {
-                slab.fresh += 1;
-                slab.fresh - 1
-            }
-        };
-        slab.used += 1;
-        slab.meta[index as usize] = (nbytes as u32) << 2 | owner.code();
+        let code = (nbytes as u32) << 2 | owner.code();
+        let mut given = 0;
+        while given < max && slab.used < slab.capacity {
+            let index = match slab.free.pop() {
+                Some(i) => i,
+                None => {
+                    slab.fresh += 1;
+                    slab.fresh - 1
+                }
+            };
+            slab.used += 1;
+            slab.meta[index as usize] = code;
+            take(slab.base + index as usize * slab.block);
+            given += 1;
+        }
         if slab.used == slab.capacity {
             self.partial[class].pop();
         }
-        Ok((slab.base + index as usize * slab.block, id))
+        Ok((id, given))
     }
 
     /// The live block that starts at `addr`, if one does.

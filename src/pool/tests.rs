@@ -343,3 +343,34 @@ fn blocks_handed_between_threads_while_the_pool_settles_and_counts() {
     pool.trim();
     assert_eq!(pool.stats().reserved_bytes, 0);
 }
+
+#[test]
+fn blocks_taken_a_slab_at_a_time_count_as_single_acquires_do() {
+    let pool = Pool::default();
+    let mut blocks = Vec::new();
+    // 1000 blocks of 64 bytes span four slabs of 256: each new slab commits memory once.
+    pool.acquire_many(64, 1000, Owner::Caller, false, &mut blocks).unwrap();
+    let mut addrs: Vec<usize> = blocks.iter().map(|p| p.as_ptr() as usize).collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 1000, "every block is its own");
+    assert!(addrs.iter().all(|a| a % 16 == 0));
+    assert!(addrs.windows(2).all(|w| w[1] - w[0] >= 64), "no two blocks overlap");
+    let s = pool.stats();
+    assert_eq!((s.acquires, s.live_bytes), (1000, 64_000));
+    let commits = 1000 - s.cache_hits;
+    assert!((1..=4).contains(&commits), "{commits} blocks committed memory");
+    // SAFETY: blocks of this test, released once.
+    unsafe { pool.release_many(blocks.iter().copied(), Owner::Caller, false) }.unwrap();
+    // SAFETY: released already: refused before anything is touched.
+    let again = unsafe { pool.release(blocks[999]) };
+    assert_eq!(again.unwrap_err().kind(), ErrorKind::UnknownPointer);
+    // Again on memory committed already: every block is a hit.
+    blocks.clear();
+    pool.acquire_many(64, 1000, Owner::Caller, false, &mut blocks).unwrap();
+    let s = pool.stats();
+    assert_eq!((s.acquires, s.cache_hits, s.live_bytes), (2000, 2000 - commits, 64_000));
+    // SAFETY: blocks of this test, released once.
+    unsafe { pool.release_many(blocks, Owner::Caller, false) }.unwrap();
+    assert_eq!(pool.stats().live_bytes, 0);
+}
