@@ -498,3 +498,36 @@ fn a_deadline_stops_a_run() {
     )
     .unwrap();
 }
+
+/// The run's peak is exact on an executor: one node feeding `width` nodes of 64 bytes, all read
+/// by a join. The root's value goes only after every middle node has placed its output, so the
+/// peak is the root's and all the middles' bytes, however the threads interleave.
+#[test]
+fn the_peak_of_a_run_on_an_executor_is_exact() {
+    let width = 2000u64;
+    let mut b = GraphBuilder::new();
+    let nothing = || -> Kernel { Box::new(|_| Ok(())) };
+    let root = b.add_node(NodeDesc::new("root", "Op", nothing()).output(64)).unwrap();
+    let mut join = NodeDesc::new("join", "Join", nothing()).output(16);
+    for i in 0..width {
+        let mid = NodeDesc::new(format!("m{i}"), "Mid", nothing())
+            .input(ValueRef::new(root, 0))
+            .output(64);
+        join = join.input(ValueRef::new(b.add_node(mid).unwrap(), 0));
+    }
+    let join = b.add_node(join).unwrap();
+    b.mark_output(ValueRef::new(join, 0)).unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let pool = Arc::new(Pool::default());
+    for threads in [1, 2, 4] {
+        let executor = Executor::new(threads).unwrap();
+        for _ in 0..5 {
+            let options = RunOptions {
+                executor: Some(&executor),
+                ..Default::default()
+            };
+            let r = run(&graph, &pool, &options).unwrap();
+            assert_eq!(r.stats().peak_live_bytes, 64 * (width + 1), "{threads} threads");
+        }
+    }
+}

@@ -90,7 +90,7 @@ impl RunState<'_> {
         }
         if self.gate.is_none() {
             // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
-            self.add_live(allocated);
+            self.add_live(allocated, &mut scratch.peak_live);
         }
         Ok(())
     }

@@ -59,7 +59,11 @@ impl<'r> RunState<'r> {
             None => live.saturating_add(need) <= inner.admission.limit(),
         };
         if admitted {
-            self.add_live(need);
+            // No thread's scratch here: the peak is raised at once (a run under a limit
+            // reserves under the gate's lock anyway).
+            let mut highest = 0;
+            self.add_live(need, &mut highest);
+            self.peak_live.fetch_max(highest, Ordering::Relaxed);
         }
         admitted
     }

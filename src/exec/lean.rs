@@ -54,7 +54,7 @@ impl RunState<'_> {
         scratch: &mut Scratch,
     ) -> Option<Arc<PendingNode>> {
         scratch.executed += 1;
-        self.add_live(self.prio.output_bytes[node as usize]);
+        self.add_live(self.prio.output_bytes[node as usize], &mut scratch.peak_live);
         // Set once the kernel's call ended well: a panic after it is in the node's end.
         let called = Cell::new(false);
         let outcome = catch_unwind(AssertUnwindSafe(|| {

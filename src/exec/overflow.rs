@@ -49,6 +49,7 @@ impl Overflow {
 
     /// Queues `tasks` at the back, [`BATCH`] under each lock (a thread taking work waits for
     /// one batch, not for a whole fan-out), raising `bit` in `mask` when the queue was empty.
+    #[inline]
     pub fn push(&self, tasks: impl IntoIterator<Item = Task>, mask: &AtomicU32, bit: u32) {
         let mut tasks = tasks.into_iter();
         // The batch is gathered before the lock: nothing of the caller's runs under it, so the

@@ -11,6 +11,9 @@ pub(super) struct Scratch {
     pub admitted: Vec<u32>,
     pub(super) nodes_run: u64,
     pub(super) acquires: u64,
+    /// The highest count of the run's live bytes this thread's additions returned since it
+    /// last flushed (see `RunState::add_live`).
+    pub(super) peak_live: u64,
     /// Nodes executed by this thread, for sampling kernel durations.
     pub(super) executed: u64,
     /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).

@@ -368,9 +368,14 @@ impl<'r> RunState<'r> {
         std::mem::take(self.slots[value as usize].get_mut())
     }
 
-    /// Counts `bytes` more as live, raising the peak. A sequential run's counts have one writer,
-    /// its thread: a plain load and store, no locked instruction.
-    pub(super) fn add_live(&self, bytes: u64) {
+    /// Counts `bytes` more as live, raising `highest`, the thread's own peak (`Scratch::peak_live`).
+    ///
+    /// The run's peak is exact without a shared write per node beyond the add itself: the count
+    /// only rises here, and each rise returns its new value to the thread that made it (one
+    /// atomic add, in one order for all threads), so the highest count ever reached is the
+    /// highest any thread saw. Each thread keeps its own and hands it over when it flushes
+    /// (`flush`). A sequential run's counts have one writer, its thread: a plain load and store.
+    pub(super) fn add_live(&self, bytes: u64, highest: &mut u64) {
         if bytes == 0 {
             return;
         }
@@ -382,12 +387,7 @@ impl<'r> RunState<'r> {
             }
             false => self.live.fetch_add(bytes, Ordering::Relaxed) + bytes,
         };
-        if now > self.peak_live.load(Ordering::Relaxed) {
-            match self.sequential {
-                true => self.peak_live.store(now, Ordering::Relaxed),
-                false => _ = self.peak_live.fetch_max(now, Ordering::Relaxed),
-            }
-        }
+        *highest = (*highest).max(now);
     }
 
     /// Counts `bytes` fewer as live (as `add_live`, a plain store in a sequential run).
@@ -414,6 +414,10 @@ impl<'r> RunState<'r> {
             self.acquires
                 .fetch_add(std::mem::take(&mut scratch.acquires), Ordering::Relaxed);
         }
+        let highest = std::mem::take(&mut scratch.peak_live);
+        if highest > self.peak_live.load(Ordering::Relaxed) {
+            self.peak_live.fetch_max(highest, Ordering::Relaxed);
+        }
     }
 
     /// Runs one node: outputs from the pool, the kernel, then releases and readiness. Nodes it
@@ -439,7 +443,7 @@ impl<'r> RunState<'r> {
     #[inline(never)]
     fn execute_general(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.gate.is_none() {
-            self.add_live(self.prio.output_bytes[node as usize]);
+            self.add_live(self.prio.output_bytes[node as usize], &mut scratch.peak_live);
         }
         // A panic here is a bug in graphsched (kernel panics are caught around the kernel):
         // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
