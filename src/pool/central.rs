@@ -221,7 +221,7 @@ impl State {
     pub fn reclaim(&mut self, addr: usize) {
         if let Some(small) = self.slabs.find(addr) {
             debug_assert_eq!(small.owner, Owner::Heap);
-            self.slabs.release(&mut self.small, small.id, addr);
+            self.slabs.release_found(&mut self.small, &small);
             return;
         }
         let live = self
@@ -269,7 +269,7 @@ impl State {
         self.stats.releases += 1;
         self.stats.live_bytes -= requested as u64;
         match small {
-            Some(small) => self.slabs.release(&mut self.small, small.id, addr),
+            Some(small) => self.slabs.release_found(&mut self.small, &small),
             None => {
                 self.live.remove(&addr);
                 self.large.release(addr, nbytes);

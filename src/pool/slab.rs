@@ -99,6 +99,8 @@ struct Slab {
 /// A live block of a slab, found from its address.
 pub(super) struct Found {
     pub id: u32,
+    /// Its place in the slab (for `release_found`, which then needs no division).
+    pub index: u32,
     /// Bytes of the block as acquired, red zones included.
     pub nbytes: usize,
     pub owner: Owner,
@@ -211,6 +213,7 @@ impl Slabs {
         let meta = *slab.meta.get(offset / slab.block)?;
         (meta != 0).then_some(Found {
             id,
+            index: (offset / slab.block) as u32,
             nbytes: (meta >> 2) as usize,
             owner: Owner::from_code(meta & 3),
         })
@@ -225,12 +228,20 @@ impl Slabs {
     }
 
     /// Takes back a block; an emptied slab returns to the arena.
+    #[cfg(test)]
     pub fn release(&mut self, arena: &mut Arena, id: u32, addr: usize) {
+        let found = self.find(addr).expect("a live block");
+        assert_eq!(found.id, id);
+        self.release_found(arena, &found);
+    }
+
+    /// Takes back the block `find` found; an emptied slab returns to the arena.
+    pub fn release_found(&mut self, arena: &mut Arena, found: &Found) {
+        let (id, index) = (found.id, found.index as usize);
         let slab = self.slabs[id as usize]
             .as_mut()
             .expect("live blocks belong to live slabs");
         let was_full = slab.used == slab.capacity;
-        let index = (addr - slab.base) / slab.block;
         slab.meta[index] = 0;
         slab.free.push(index as u32);
         slab.used -= 1;
