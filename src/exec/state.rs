@@ -108,8 +108,10 @@ pub(super) struct RunState<'r> {
     /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
     /// publication: admission reads and raises it only under the gate's lock, and a releaser
     /// lowers it before it takes that lock to readmit, so the lock orders every decision after
-    /// the releases it could depend on. Nothing else is published through it: Relaxed.
-    pub(super) live: AtomicU64,
+    /// the releases it could depend on. Nothing else is published through it: Relaxed. On an
+    /// executor every node's threads write it: on its own cache line, so that the fields every
+    /// node reads do not go with it.
+    pub(super) live: CachePadded<AtomicU64>,
     /// The most `live` reached; with `acquires` and `nodes_run`, counters read once the run is
     /// over (after `active` reached 0): Relaxed.
     pub(super) peak_live: AtomicU64,
@@ -215,7 +217,7 @@ impl<'r> RunState<'r> {
             active: CachePadded(AtomicUsize::new(0)),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
-            live: AtomicU64::new(0),
+            live: CachePadded(AtomicU64::new(0)),
             peak_live: AtomicU64::new(0),
             acquires: AtomicU64::new(0),
             nodes_run: AtomicU64::new(0),
