@@ -294,7 +294,7 @@ fn a_thread_runs_other_nodes_while_a_node_is_pending() {
     assert_eq!(g.node_kind(wait), graphsched::sched::NodeKind::Deferring);
     assert_eq!(g.node_kind(signal), graphsched::sched::NodeKind::Serial);
     assert!(
-        g.work_ns(wait) < g.expected_ns(wait),
+        g.work_ns(wait) < w.completed_ns - w.start_ns,
         "its thread time is less than its latency"
     );
     let json = trace::chrome_trace(&g, events);
@@ -526,6 +526,7 @@ fn a_deadline_passed_while_nodes_are_pending_waits_for_them() {
             deadline: Some(std::time::Instant::now() + Duration::from_millis(30)),
             ..RunOptions::default()
         };
+        let completed_before = device.completed.load(Ordering::SeqCst);
         let e = graphsched::run(&g, &pool, &options)
             .err()
             .expect("the run passes its deadline");
@@ -536,9 +537,7 @@ fn a_deadline_passed_while_nodes_are_pending_waits_for_them() {
             "returned with work on the device"
         );
         assert_eq!(pool.stats().live_bytes, 0);
+        let completed = device.completed.load(Ordering::SeqCst) - completed_before;
+        assert!(completed >= 1, "no node was pending when the deadline passed");
     }
-    assert!(
-        device.completed.load(Ordering::SeqCst) >= 2,
-        "nodes were pending when it passed"
-    );
 }

@@ -132,7 +132,13 @@ fn a_steady_run_on_an_executor_allocates_nothing() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     for threads in [1, 2] {
         let executor = Executor::new(threads).unwrap();
-        for (name, graph) in [("chain", chain(500, 64)), ("fan", fan(300)), ("wide fan", fan(20_000))] {
+        let graphs = [
+            ("chain", chain(500, 64)),
+            ("large chain", chain(50, 256 << 10)),
+            ("fan", fan(300)),
+            ("wide fan", fan(20_000)),
+        ];
+        for (name, graph) in graphs {
             let graph = Arc::new(graph);
             let options = RunOptions {
                 executor: Some(&executor),

@@ -59,6 +59,13 @@ pub(super) struct OsCounters {
 
 type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 
+/// Released blocks of one size, and whether the size is in `Arena::waiting_sizes`.
+#[derive(Default)]
+struct Recent {
+    blocks: Vec<usize>,
+    listed: bool,
+}
+
 pub(super) struct Arena {
     region_bytes: usize,
     regions: Vec<Option<Region>>,
@@ -66,11 +73,14 @@ pub(super) struct Arena {
     by_size: BTreeSet<(usize, usize)>,
     /// Used blocks by start, and each one's start by its end (for the neighbour to the left of
     /// a free block). Hash maps keep their memory when entries go, where a B-tree frees its
-    /// nodes: a run that carves and releases the same blocks again allocates nothing.
+    /// nodes: a run that carves and releases the same blocks again allocates nothing for them.
     used: AddrMap<Used>,
     used_ends: AddrMap<usize>,
-    /// Released blocks by exact size, not yet coalesced (still in `used`).
-    recent: AddrMap<Vec<usize>>,
+    /// Released blocks by exact size, not yet coalesced (still in `used`). Lists keep their
+    /// memory when `settle` empties them, so that a steady run allocates nothing for them.
+    recent: AddrMap<Recent>,
+    /// The sizes whose lists got blocks since the last `settle`: all it has to look at.
+    waiting_sizes: Vec<usize>,
     /// Blocks in `recent`: none, and `settle` has nothing to do.
     waiting: usize,
     /// start -> end; page aligned, disjoint, always inside free blocks.
@@ -91,6 +101,7 @@ impl Arena {
             used_ends: AddrMap::default(),
             recent: HashMap::default(),
             waiting: 0,
+            waiting_sizes: Vec::new(),
             decommitted: BTreeMap::new(),
             mapped: 0,
             decommitted_bytes: 0,
@@ -112,7 +123,7 @@ impl Arena {
     /// tells when the block placed at `addr` will be released ([`NEVER`] if unknown).
     pub fn alloc(&mut self, nbytes: usize, tick_of: &dyn Fn(usize) -> u64) -> Result<usize> {
         let n = Self::block_size(nbytes).expect("checked by the pool");
-        if let Some(addr) = self.recent.get_mut(&n).and_then(Vec::pop) {
+        if let Some(addr) = self.recent.get_mut(&n).and_then(|r| r.blocks.pop()) {
             self.waiting -= 1;
             return Ok(addr);
         }
@@ -194,7 +205,12 @@ impl Arena {
             Some(n),
             "released with its own size"
         );
-        self.recent.entry(n).or_default().push(addr);
+        let recent = self.recent.entry(n).or_default();
+        if !recent.listed {
+            recent.listed = true;
+            self.waiting_sizes.push(n);
+        }
+        recent.blocks.push(addr);
         self.waiting += 1;
     }
 
@@ -209,14 +225,27 @@ impl Arena {
             return;
         }
         self.waiting = 0;
-        // The lists keep their memory for the next releases: a steady run allocates nothing.
-        let mut recent = std::mem::take(&mut self.recent);
-        for blocks in recent.values_mut() {
+        let mut sizes = std::mem::take(&mut self.waiting_sizes);
+        for n in sizes.drain(..) {
+            let recent = self.recent.get_mut(&n).expect("a listed size has a list");
+            recent.listed = false;
+            let mut blocks = std::mem::take(&mut recent.blocks);
             for addr in blocks.drain(..) {
                 self.coalesce(addr);
             }
+            self.recent.get_mut(&n).expect("still there").blocks = blocks;
         }
-        self.recent = recent;
+        self.waiting_sizes = sizes;
+    }
+
+    /// Frees the memory the bookkeeping keeps for reuse (the recent lists of every size seen,
+    /// the used-block maps' room): for `trim` and caps, after a `settle`.
+    pub fn forget_spare(&mut self) {
+        debug_assert_eq!(self.waiting, 0, "settled");
+        self.recent = AddrMap::default();
+        self.waiting_sizes = Vec::new();
+        self.used.shrink_to_fit();
+        self.used_ends.shrink_to_fit();
     }
 
     /// Frees a block and merges it with free neighbours; returns the free block (address, size).

@@ -310,6 +310,8 @@ impl State {
         // Empty slabs kept for reuse are free memory too.
         self.slabs.release_empty(&mut self.small);
         self.settle();
+        self.small.forget_spare();
+        self.large.forget_spare();
         for arena in [&mut self.large, &mut self.small] {
             for (start, size) in arena.free_blocks_largest_first() {
                 let before = arena.committed();

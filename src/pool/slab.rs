@@ -5,7 +5,9 @@
 //! most one empty slab, so a class used on and off does not build and tear down slabs; the others
 //! go back to the arena at once, and the kept ones when the pool trims or holds more than its cap.
 //! Each slab records which of its blocks are live, for whom and how large, so that the pool
-//! checks a release without a map of every live block.
+//! checks a release without a map of every live block. That record (8 bytes a block) outlives a
+//! slab that goes back: the class's next slab takes it over, so that runs which empty slabs and
+//! fill them again allocate nothing; it is freed when the pool trims or holds more than its cap.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -161,6 +163,7 @@ impl Slabs {
         max: usize,
         mut take: impl FnMut(usize),
     ) -> Result<(u32, usize)> {
+        debug_assert!(max >= 1, "a run of at least one block");
         let class = self.classes.index(nbytes);
         let id = match self.partial[class].last() {
             Some(&id) => id,

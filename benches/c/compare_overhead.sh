@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Times graphsched at another revision, graphsched here and oneTBB on the overhead workloads,
+# in turn, ROUNDS times, and prints each one's minimum and median with the ratios: on a shared
+# machine, where the same binary's times drift by 2x from one minute to the next, only programs
+# run side by side, many times, compare. The other revision is built in a git worktree beside the
+# repository (removed afterwards).
+# Usage: benches/c/compare_overhead.sh REV [ROUNDS] [THREADS]
+#   THREADS: 2 (default), 1, or seq (graphsched without an executor, against oneTBB on 1).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+rev="${1:?usage: benches/c/compare_overhead.sh REV [ROUNDS] [THREADS]}"
+rounds="${2:-12}"
+threads="${3:-2}"
+source "$root/benches/c/bench_setup.sh"
+cmake --build "$build" -j "$jobs" --target overhead_graphsched overhead_tbb >/dev/null
+
+other="$(mktemp -d)/graphsched-$rev"
+out="$(mktemp)"
+cleanup() { git -C "$root" worktree remove --force "$other" 2>/dev/null || true; rm -f "$out"; }
+trap cleanup EXIT
+git -C "$root" worktree add --detach "$other" "$rev" >/dev/null
+cmake -S "$other" -B "$other/build-bench" -DCMAKE_BUILD_TYPE=Release \
+      -DGRAPHSCHED_BUILD_BENCHMARKS=ON -DGRAPHSCHED_BUILD_TESTS=OFF >/dev/null
+cmake --build "$other/build-bench" -j "$jobs" --target overhead_graphsched >/dev/null
+
+# run NAME PROGRAM: one round of PROGRAM, its lines tagged with NAME.
+run() {
+  local env=("OH_THREADS=$threads")
+  if [ "$threads" = seq ]; then
+    env=("OH_SEQUENTIAL=1")
+    [ "$1" = tbb ] && env=("OH_THREADS=1")
+  fi
+  env "${env[@]}" "$2" | awk -v who="$1" '{ print who, $2, $3, $4 }' >> "$out"
+}
+for _ in $(seq "$rounds"); do
+  run tbb "$build/benches/c/overhead_tbb"
+  run "$rev" "$other/build-bench/benches/c/overhead_graphsched"
+  run here "$build/benches/c/overhead_graphsched"
+done
+
+echo "threads $threads, $rounds rounds: minimum (median)"
+python3 - "$out" "$rev" <<'PY'
+import collections, statistics, sys
+times, units = collections.defaultdict(list), {}
+for line in open(sys.argv[1]):
+    who, workload, value, unit = line.split()
+    times[(workload, who)].append(float(value))
+    units[workload] = unit
+rev = sys.argv[2]
+print(f"{'workload':<18} {'unit':<8} {rev[:12]:>18} {'here':>18} {'tbb':>18} {'here/rev':>9} {'here/tbb':>9}")
+for workload in sorted(units):
+    row = [times[(workload, who)] for who in (rev, "here", "tbb")]
+    cells = [f"{min(t):.2f} ({statistics.median(t):.2f})" for t in row]
+    print(f"{workload:<18} {units[workload]:<8} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} "
+          f"{min(row[1]) / min(row[0]):>8.2f}x {min(row[1]) / min(row[2]):>8.2f}x")
+PY
