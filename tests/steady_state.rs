@@ -97,20 +97,22 @@ fn fewest_allocations(mut f: impl FnMut()) -> u64 {
     fewest
 }
 
+/// The graphs both tests run. The wide fan's values fill 75 slabs, which empty when the run ends
+/// and go back to the arena, to be carved again by the next run; the large chain's values are
+/// blocks of their own, placed by the arena.
+fn graphs() -> [(&'static str, Arc<Graph>); 4] {
+    [
+        ("chain", Arc::new(chain(500, 64))),
+        ("large chain", Arc::new(chain(50, 256 << 10))),
+        ("fan", Arc::new(fan(300))),
+        ("wide fan", Arc::new(fan(20_000))),
+    ]
+}
+
 #[test]
 fn a_steady_run_without_an_executor_allocates_nothing() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    // The wide fan's values fill 75 slabs, which empty when the run ends and go back to the
-    // arena, to be carved again by the next run; the large chain's values are blocks of their
-    // own, placed by the arena.
-    let graphs = [
-        ("chain", chain(500, 64)),
-        ("large chain", chain(50, 256 << 10)),
-        ("fan", fan(300)),
-        ("wide fan", fan(20_000)),
-    ];
-    for (name, graph) in graphs {
-        let graph = Arc::new(graph);
+    for (name, graph) in graphs() {
         let options = RunOptions {
             // Learning may recompute the priorities (an allocation) when estimates move; with
             // them frozen, a run's own work is what is counted.
@@ -132,14 +134,7 @@ fn a_steady_run_on_an_executor_allocates_nothing() {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     for threads in [1, 2] {
         let executor = Executor::new(threads).unwrap();
-        let graphs = [
-            ("chain", chain(500, 64)),
-            ("large chain", chain(50, 256 << 10)),
-            ("fan", fan(300)),
-            ("wide fan", fan(20_000)),
-        ];
-        for (name, graph) in graphs {
-            let graph = Arc::new(graph);
+        for (name, graph) in graphs() {
             let options = RunOptions {
                 executor: Some(&executor),
                 freeze_estimates: true,
