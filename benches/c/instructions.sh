@@ -5,9 +5,11 @@
 # One thread (callgrind runs threads one at a time); graphsched both without an executor (seq)
 # and with one of 1 thread, its estimates frozen after the warm-up (OH_FREEZE=1: under valgrind
 # kernels look 50x slower, the estimates would move and every run recompute its priorities; the
-# 1-in-64 timing of cheap kernels is then not counted, a few instructions a node). Instructions are not time (a locked instruction or a cache miss costs
-# tens of plain ones): use it to see what a change does to a path's length, and
-# benches/c/run_overhead.sh for time.
+# 1-in-64 timing of cheap kernels is then not counted, a few instructions a node). Under
+# valgrind the pool's hooks for the memory checkers are active; the count without them (their
+# out-of-line bodies left out) is what runs natively. Instructions are not time (a locked
+# instruction or a cache miss costs tens of plain ones): use it to see what a change does to a
+# path's length, and benches/c/run_overhead.sh or compare_overhead.sh for time.
 # Usage: benches/c/instructions.sh [WORKLOAD...]   (default: all five; needs valgrind)
 # PLANNED=1 adds graphsched's runs on the graph's own static plan (GS_RUN_AUTO_PLAN).
 set -euo pipefail
@@ -26,6 +28,30 @@ workloads=("$@")
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 
+# The instructions a callgrind profile spent in the checkers' hooks: the calls into their
+# out-of-line bodies (`*_watched`), from anywhere but each other.
+read -r -d '' hooks_py <<'PY' || true
+import re, sys
+names, fn, cfn, total, pending = {}, "", "", 0, False
+def name(spec):
+    m = re.match(r"\((\d+)\)(?: (.*))?", spec)
+    if m.group(2):
+        names[m.group(1)] = m.group(2)
+    return names[m.group(1)]
+for line in open(sys.argv[1]):
+    if line.startswith("fn="):
+        fn = name(line[3:].strip())
+    elif line.startswith("cfn="):
+        cfn = name(line[4:].strip())
+    elif line.startswith("calls="):
+        pending = True
+    elif pending:
+        pending = False
+        if cfn.endswith("_watched") and not fn.endswith("_watched"):
+            total += int(line.split()[-1])
+print(total)
+PY
+
 # count NAME ENV... -- PROGRAM WORKLOAD: prints NAME, the workload and instructions per node.
 count() {
   local name=$1; shift
@@ -37,14 +63,19 @@ count() {
   line="$(env "${envs[@]}" "$prog" "$w")"   # the workload's name, node count and runs
   env "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
       --toggle-collect='*oh_timed_runs*' "$prog" "$w" >/dev/null 2>&1
-  local total
+  local total hooks
   total="$(awk '/^summary:/ {print $2}' "$out")"
+  # What the memory checkers' hooks cost (`src/pool/sanitize.rs`: under valgrind they are active,
+  # natively each is one load and a branch): the calls into their out-of-line bodies, `*_watched`.
+  hooks="$(python3 -c "$hooks_py" "$out")"
   # The program prints: SYSTEM NAME VALUE UNIT (NODES nodes, median of REPS); runs per rep
   # follow from the unit (us/run: 1000 or 10000 runs of a small graph).
-  echo "$line" | awk -v total="$total" -v name="$name" '{
+  echo "$line" | awk -v total="$total" -v hooks="$hooks" -v name="$name" '{
     nodes = substr($5, 2) + 0
     runs = ($4 == "us/run") ? (($2 ~ /single/) ? 10000 : 1000) : 1
-    printf "%-14s %-16s %10.0f instructions/node\n", name, $2, total / (5 * runs * nodes)
+    printf "%-14s %-16s %10.0f instructions/node", name, $2, total / (5 * runs * nodes)
+    if (hooks > 0) printf " (%.0f without the checker hooks)", (total - hooks) / (5 * runs * nodes)
+    printf "\n"
   }'
 }
 

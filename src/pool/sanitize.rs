@@ -130,7 +130,17 @@ pub(super) fn destroy_mempool(pool: Mempool) {
 
 /// The program must not touch `nbytes` at `ptr` (pool memory): carved but not handed out,
 /// released, red zones, or parked in an executor's block cache. Changes no byte.
+#[inline]
 pub(crate) fn hide(ptr: *const u8, nbytes: usize) {
+    if active() {
+        hide_watched(ptr, nbytes);
+    }
+}
+
+/// The hooks' work when a tool watches, out of line: inline, each hook is the flag's load.
+#[cold]
+#[inline(never)]
+fn hide_watched(ptr: *const u8, nbytes: usize) {
     let Some(t) = tools() else { return };
     if let Some(a) = t.asan {
         // SAFETY: the ASan runtime's function; it only writes shadow memory for the range.
@@ -143,7 +153,16 @@ pub(crate) fn hide(ptr: *const u8, nbytes: usize) {
 
 /// The program may use `nbytes` at `ptr` (pool memory) again, as uninitialised memory: a cached
 /// block handed to a node, or bytes the pool is about to write itself. Changes no byte.
+#[inline]
 pub(crate) fn reveal(ptr: *const u8, nbytes: usize) {
+    if active() {
+        reveal_watched(ptr, nbytes);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn reveal_watched(ptr: *const u8, nbytes: usize) {
     let Some(t) = tools() else { return };
     if let Some(a) = t.asan {
         // SAFETY: the ASan runtime's function; it only writes shadow memory for the range.
@@ -155,7 +174,16 @@ pub(crate) fn reveal(ptr: *const u8, nbytes: usize) {
 }
 
 /// A block of `nbytes` at `ptr` is handed out (it was hidden).
+#[inline]
 pub(super) fn announce(pool: Mempool, ptr: *const u8, nbytes: usize) {
+    if active() {
+        announce_watched(pool, ptr, nbytes);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn announce_watched(pool: Mempool, ptr: *const u8, nbytes: usize) {
     let Some(t) = tools() else { return };
     if let Some(a) = t.asan {
         // SAFETY: the ASan runtime's function; it only writes shadow memory for the range.
@@ -167,7 +195,16 @@ pub(super) fn announce(pool: Mempool, ptr: *const u8, nbytes: usize) {
 }
 
 /// The block announced at `ptr` is released; the caller hides its bytes next.
+#[inline]
 pub(super) fn retire(pool: Mempool, ptr: *const u8) {
+    if active() {
+        retire_watched(pool, ptr);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn retire_watched(pool: Mempool, ptr: *const u8) {
     if tools().is_some_and(|t| t.valgrind) {
         vg::request(vg::MEMPOOL_FREE, pool.0, ptr as usize, 0);
     }
