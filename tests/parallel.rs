@@ -369,7 +369,10 @@ fn estimates_are_learned_and_priorities_follow_them() {
     }
     let learned_slow = graph.learned_op_ns(graph.op_index(slow));
     let learned_fast = graph.learned_op_ns(graph.op_index(fast));
-    assert!(learned_slow >= 15_000_000, "learned {learned_slow} ns for a 20 ms kernel");
+    assert!(
+        learned_slow >= 15_000_000,
+        "learned {learned_slow} ns for a 20 ms kernel"
+    );
     assert!(
         learned_fast < learned_slow / 4,
         "fast {learned_fast} vs slow {learned_slow}"

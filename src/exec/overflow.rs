@@ -58,7 +58,11 @@ impl Overflow {
         // being of one task (benches/c/instructions.sh, the tree).
         let mut batch = [MaybeUninit::<Task>::uninit(); BATCH];
         loop {
-            let n = batch.iter_mut().zip(tasks.by_ref()).map(|(b, t)| _ = b.write(t)).count();
+            let n = batch
+                .iter_mut()
+                .zip(tasks.by_ref())
+                .map(|(b, t)| _ = b.write(t))
+                .count();
             if n == 0 {
                 return;
             }

@@ -273,7 +273,11 @@ impl Drop for RunResult {
         let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
         // Read in place (a slot is 176 bytes, `Copy`: nothing to drop), then cleared. Many
         // outputs go back under one lock; one goes by the shorter path.
-        let outputs = self.outputs.iter().map(|(_, slot)| slot.buffer).filter(|b| !in_arena(b));
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|(_, slot)| slot.buffer)
+            .filter(|b| !in_arena(b));
         match self.outputs.len() {
             1 => outputs.for_each(|b| release(&self.pool, b)),
             _ => release_many(&self.pool, outputs, false),

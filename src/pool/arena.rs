@@ -447,7 +447,10 @@ impl Arena {
         let total: usize =
             self.free.values().map(|f| f.size).sum::<usize>() + self.used.values().map(|u| u.size).sum::<usize>();
         assert_eq!(total, self.mapped);
-        assert!(self.used.iter().all(|(&a, u)| self.used_ends.get(&(a + u.size)) == Some(&a)));
+        assert!(self
+            .used
+            .iter()
+            .all(|(&a, u)| self.used_ends.get(&(a + u.size)) == Some(&a)));
         assert_eq!(self.used_ends.len(), self.used.len());
     }
 }
