@@ -470,11 +470,7 @@ impl Pool {
     fn lock(&self) -> Locked<'_> {
         // Every update under the lock completes before anything can panic, so a poisoned lock
         // (a panic elsewhere in the holder's thread) leaves consistent state.
-        let state = match self.state.try_lock() {
-            Ok(state) => state,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => self.wait_for_state(),
-        };
+        let state = self.try_state().unwrap_or_else(|| self.wait_for_state());
         Locked { state, pool: self }
     }
 
@@ -489,13 +485,21 @@ impl Pool {
             for _ in 0..1u32 << round.min(6) {
                 std::hint::spin_loop();
             }
-            match self.state.try_lock() {
-                Ok(state) => return state,
-                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
-                Err(TryLockError::WouldBlock) => {}
+            if let Some(state) = self.try_state() {
+                return state;
             }
         }
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The central lock if it is free (a poisoned one is usable, see `lock`).
+    #[inline]
+    fn try_state(&self) -> Option<MutexGuard<'_, State>> {
+        match self.state.try_lock() {
+            Ok(state) => Some(state),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 
     /// `stats().reserved_bytes` without taking the pool's lock: the figure the last operation
