@@ -288,6 +288,46 @@ fn the_reported_critical_path_follows_learned_estimates() {
     assert_eq!(info.critical_path_ns, g.expected_ns(s) + g.expected_ns(join));
 }
 
+/// Sampling counts a thread's nodes across its runs: a graph smaller than the sampling period,
+/// run over and over by one thread, still learns that its op became slow.
+#[test]
+fn a_small_graph_run_again_and_again_keeps_learning() {
+    use graphsched::{Executor, Pool, RunOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    static SLOW: AtomicBool = AtomicBool::new(false);
+    let mut b = GraphBuilder::new();
+    let k = Box::new(|_: &mut graphsched::KernelCtx<'_>| {
+        if SLOW.load(Ordering::Relaxed) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Ok(())
+    });
+    let n = b.add_node(NodeDesc::new("only", "Sometimes", k).output(8)).unwrap();
+    b.mark_output(v(n)).unwrap();
+    let g = Arc::new(b.finalize().unwrap());
+    let pool = Arc::new(Pool::default());
+    let executor = Executor::new(2).unwrap();
+    for options in [
+        RunOptions::default(),
+        RunOptions {
+            executor: Some(&executor),
+            ..RunOptions::default()
+        },
+    ] {
+        SLOW.store(false, Ordering::Relaxed);
+        graphsched::run(&g, &pool, &options).unwrap();
+        let fast = g.learned_samples();
+        SLOW.store(true, Ordering::Relaxed);
+        // More runs than the period of the cheapest op types (one call in 64 is timed).
+        for _ in 0..128 {
+            graphsched::run(&g, &pool, &options).unwrap();
+        }
+        assert!(g.learned_samples() > fast, "no run timed the kernel again");
+    }
+    assert!(g.learned_op_ns(g.op_index(n)) >= 100_000);
+}
+
 /// Graph inputs live in the caller's memory: the memory-aware order gains nothing by being the
 /// last reader of one, and starts the node that allocates less.
 #[test]

@@ -4,6 +4,7 @@
 
 use std::ptr::NonNull;
 
+use super::scratch::Counts;
 use super::state::{RunState, Slot};
 use crate::error::{ErrorKind, Result};
 use crate::kernel::Buffer;
@@ -25,6 +26,9 @@ pub(super) struct BlockCache {
     /// only user) and when the run ends; in between, the pool counts those blocks as parked.
     unparked: i64,
     unparked_peak: i64,
+    /// The counts of the thread's tasks in the run (`RunState::flush`): the cache is its own
+    /// place there.
+    pub(super) counts: Counts,
 }
 
 impl BlockCache {
@@ -161,6 +165,7 @@ impl RunState<'_> {
     /// Gives every cached block back to the pool (the caches keep their memory for the graph's
     /// next run). By the caller, once the run is over.
     pub fn flush_caches(&mut self) {
+        self.gather_counts();
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
             cache.settle(self.pool);

@@ -90,7 +90,7 @@ impl RunState<'_> {
         }
         if self.gate.is_none() {
             // Under a limit the kernel reserved them as it allocated (`reserve_dynamic`).
-            self.add_live(allocated, &mut scratch.peak_live);
+            self.add_live(allocated, &mut scratch.counts.peak_live);
         }
         Ok(())
     }
@@ -115,7 +115,7 @@ impl RunState<'_> {
             g.learn_sample(node, sample);
         }
         if let Some(trace) = &self.trace {
-            scratch.busy_ns += on_thread;
+            scratch.counts.busy_ns += on_thread;
             let since = |at: Instant| at.duration_since(self.started).as_nanos() as u64;
             let event = NodeEvent {
                 node,

@@ -92,7 +92,7 @@ impl RunState<'_> {
                 }
             }
         }
-        scratch.nodes_run += 1;
+        scratch.counts.nodes_run += 1;
         if gated && !scratch.freed.is_empty() {
             self.readmit(&mut scratch.admitted, &scratch.freed);
         }

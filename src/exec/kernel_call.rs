@@ -151,7 +151,7 @@ impl RunState<'_> {
         let plain = step.plain && self.plain_run && !(step.hinted && self.hints.is_some());
         let placed = match self.cache(scratch.slot) {
             Some(cache) if plain => self
-                .place_plain(node, first, outputs, &mut scratch.acquires, cache)
+                .place_plain(node, first, outputs, &mut scratch.counts.acquires, cache)
                 .map(|()| None),
             _ => self.place_outputs(node, first, outputs, scratch),
         };
@@ -242,7 +242,7 @@ impl RunState<'_> {
                 } else if let Some(cache) = cache.as_deref_mut().filter(|_| n <= CACHE_MAX_BYTES && hint.is_none()) {
                     let buffer = match self.take_cached(cache, n) {
                         Ok((buffer, refills)) => {
-                            scratch.acquires += refills;
+                            scratch.counts.acquires += refills;
                             buffer
                         }
                         Err(e) => break 'placed Err(e),
@@ -256,7 +256,7 @@ impl RunState<'_> {
                     let until = g.release_tick(v).map_or(NEVER, u64::from);
                     match self.pool.acquire_at(n, g.zero_output(node), until, Owner::Run, hint) {
                         Ok(p) => {
-                            scratch.acquires += 1;
+                            scratch.counts.acquires += 1;
                             (Buffer::new(p.as_ptr().cast(), n), true)
                         }
                         Err(e) => break 'placed Err(e),
@@ -348,7 +348,7 @@ impl RunState<'_> {
         let deferred = ctx.deferred.take();
         let (refused, reserved_dynamic, allocated) = match dynamic {
             Some(mut d) => {
-                scratch.acquires += d.acquired;
+                scratch.counts.acquires += d.acquired;
                 (d.refused.take(), d.reserved, d.bytes)
             }
             None => (None, 0, 0),

@@ -54,7 +54,7 @@ impl RunState<'_> {
         scratch: &mut Scratch,
     ) -> Option<Arc<PendingNode>> {
         scratch.executed += 1;
-        self.add_live(self.prio.output_bytes[node as usize], &mut scratch.peak_live);
+        self.add_live(self.prio.output_bytes[node as usize], &mut scratch.counts.peak_live);
         // Set once the kernel's call ended well: a panic after it is in the node's end.
         let called = Cell::new(false);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -95,7 +95,7 @@ impl RunState<'_> {
         let g = self.graph;
         // SAFETY: this thread executes the node whose outputs these are.
         let outputs = unsafe { self.output_slots(step.values()) };
-        self.place_plain(node, step.first, outputs, &mut scratch.acquires, cache)?;
+        self.place_plain(node, step.first, outputs, &mut scratch.counts.acquires, cache)?;
         let inputs = &self.inputs[step.inputs()];
         // SAFETY: as in `call_kernel`: every pointer is to the slot of an input whose producer
         // finished before this node became ready, and which nobody writes until it is done.

@@ -2,26 +2,44 @@
 //! the run once per task. Workers keep theirs for their life; a thread that calls `run` keeps
 //! its own between runs, so that a steady run allocates nothing.
 
-/// Per-thread scratch space reused by every node a thread executes, and counts kept per thread
-/// until `flush` adds them to the run (one atomic add per task instead of per node).
+/// What a thread counts of a run's nodes it executes: kept in its scratch during a task, then
+/// added to its own place in the run, or to the run's shared counts if it has none there
+/// (`RunState::flush`).
+#[derive(Default, Clone, Copy)]
+pub(super) struct Counts {
+    pub nodes_run: u64,
+    pub acquires: u64,
+    /// The highest count of the run's live bytes this thread's additions returned (see
+    /// `RunState::add_live`): the run's peak is the highest of all.
+    pub peak_live: u64,
+    /// Nanoseconds spent in kernels while the run is traced.
+    pub busy_ns: u64,
+}
+
+impl Counts {
+    /// Adds `other` (a peak counts as the higher of the two).
+    pub fn add(&mut self, other: Counts) {
+        self.nodes_run += other.nodes_run;
+        self.acquires += other.acquires;
+        self.peak_live = self.peak_live.max(other.peak_live);
+        self.busy_ns += other.busy_ns;
+    }
+}
+
+/// Per-thread scratch space reused by every node a thread executes, and its counts of the task
+/// under way (see [`Counts`]).
 #[derive(Default)]
 pub(super) struct Scratch {
     pub ready: Vec<u32>,
     /// Waiting nodes a release let in (memory reserved), most critical first.
     pub admitted: Vec<u32>,
-    pub(super) nodes_run: u64,
-    pub(super) acquires: u64,
-    /// The highest count of the run's live bytes this thread's additions returned since it
-    /// last flushed (see `RunState::add_live`).
-    pub(super) peak_live: u64,
+    pub(super) counts: Counts,
     /// Nodes executed by this thread, for sampling kernel durations.
     pub(super) executed: u64,
     /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).
     pub slot: Option<usize>,
     /// Track of this thread in traces: 0 for a calling thread, worker index + 1.
     pub thread: u32,
-    /// Nanoseconds spent in kernels while the run is traced.
-    pub(super) busy_ns: u64,
     /// An input whose buffer the current node's output took over (in place): at the node's
     /// end its value goes without giving the buffer back.
     pub(super) taken: Option<u32>,
@@ -48,6 +66,7 @@ impl Scratch {
             mut ready,
             mut admitted,
             mut freed,
+            executed,
             ..
         } = kept;
         ready.clear();
@@ -57,6 +76,9 @@ impl Scratch {
             ready,
             admitted,
             freed,
+            // Sampling goes on counting across runs: a graph of fewer nodes than the sampling
+            // period run by the same thread would otherwise never be timed again.
+            executed,
             thread: TRACK.try_with(|t| t.get()).unwrap_or(0),
             ..Default::default()
         }

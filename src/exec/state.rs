@@ -334,14 +334,27 @@ impl<'r> RunState<'r> {
         } else {
             return false;
         };
-        let done = self.nodes_run.load(Ordering::Relaxed);
-        let total = self.graph.node_count() - self.graph.graph_inputs().len();
         let message = match why {
-            ErrorKind::Cancelled => format!("the run was cancelled, with about {done} of {total} nodes done"),
-            _ => format!("the run passed its deadline, with about {done} of {total} nodes done"),
+            ErrorKind::Cancelled => "the run was cancelled",
+            _ => "the run passed its deadline",
         };
         self.fail(Error::new(why, message));
         true
+    }
+
+    /// The run's error, once it is over (its threads' counts gathered): a stopped run's says
+    /// how far it got.
+    pub fn take_error(&self) -> Option<Error> {
+        let e = self.error.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::DeadlineExceeded) {
+            return Some(e);
+        }
+        let done = self.nodes_run.load(Ordering::Relaxed);
+        let total = self.graph.node_count() - self.graph.graph_inputs().len();
+        Some(Error::new(
+            e.kind(),
+            format!("{}, with {done} of {total} nodes done", e.message()),
+        ))
     }
 
     /// Records the run's error if it is the first; later ones are dropped.
@@ -351,10 +364,6 @@ impl<'r> RunState<'r> {
             *slot = Some(e);
             self.failed.store(true, Ordering::Release);
         }
-    }
-
-    pub fn take_error(&self) -> Option<Error> {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     pub fn stats(&self) -> (u64, u64, u64) {
@@ -406,23 +415,38 @@ impl<'r> RunState<'r> {
         }
     }
 
-    /// Adds a thread's counts to the run's.
+    /// Adds the counts of a thread's task to the run's: to the thread's own place in the run if
+    /// it has one (plain adds, no line another thread writes), else to the shared counts. Before
+    /// the task leaves `active`: that AcqRel decrement publishes them to whoever sees the run end.
     pub fn flush(&self, scratch: &mut Scratch) {
-        if scratch.busy_ns > 0 {
-            self.busy_ns
-                .fetch_add(std::mem::take(&mut scratch.busy_ns), Ordering::Relaxed);
+        let counts = std::mem::take(&mut scratch.counts);
+        if let Some(cache) = self.cache(scratch.slot) {
+            cache.counts.add(counts);
+            return;
         }
-        if scratch.nodes_run > 0 {
-            self.nodes_run
-                .fetch_add(std::mem::take(&mut scratch.nodes_run), Ordering::Relaxed);
+        if counts.busy_ns > 0 {
+            self.busy_ns.fetch_add(counts.busy_ns, Ordering::Relaxed);
         }
-        if scratch.acquires > 0 {
-            self.acquires
-                .fetch_add(std::mem::take(&mut scratch.acquires), Ordering::Relaxed);
+        if counts.nodes_run > 0 {
+            self.nodes_run.fetch_add(counts.nodes_run, Ordering::Relaxed);
         }
-        let highest = std::mem::take(&mut scratch.peak_live);
-        if highest > self.peak_live.load(Ordering::Relaxed) {
-            self.peak_live.fetch_max(highest, Ordering::Relaxed);
+        if counts.acquires > 0 {
+            self.acquires.fetch_add(counts.acquires, Ordering::Relaxed);
+        }
+        if counts.peak_live > self.peak_live.load(Ordering::Relaxed) {
+            self.peak_live.fetch_max(counts.peak_live, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds the counts the threads left in their places to the run's. Once no task is under way.
+    pub(super) fn gather_counts(&mut self) {
+        for cell in self.caches.iter_mut() {
+            let counts = std::mem::take(&mut cell.get_mut().counts);
+            *self.busy_ns.get_mut() += counts.busy_ns;
+            *self.nodes_run.get_mut() += counts.nodes_run;
+            *self.acquires.get_mut() += counts.acquires;
+            let peak = self.peak_live.get_mut();
+            *peak = (*peak).max(counts.peak_live);
         }
     }
 
@@ -449,7 +473,7 @@ impl<'r> RunState<'r> {
     #[inline(never)]
     fn execute_general(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.gate.is_none() {
-            self.add_live(self.prio.output_bytes[node as usize], &mut scratch.peak_live);
+            self.add_live(self.prio.output_bytes[node as usize], &mut scratch.counts.peak_live);
         }
         // A panic here is a bug in graphsched (kernel panics are caught around the kernel):
         // it fails the run with `KernelPanicked`, never unwinds into the executor's threads.
