@@ -54,6 +54,17 @@ pub(super) const CACHE_MAX_BYTES: usize = 16 * 1024;
 pub(super) const CACHE_BLOCKS: usize = 64;
 const REFILL: usize = 16;
 
+/// How many block caches a run has: one per thread that may execute its nodes, or none. Under
+/// a memory limit admission needs the pool's own count exact at every moment, and red zones
+/// are checked block by block: no caches. A sequential run has one, whose parked blocks the pool
+/// counts as not live (`Pool::park`), so its figures stay exact.
+pub(super) fn cache_count(pool: &Pool, memory_limit: u64, threads: usize) -> usize {
+    match memory_limit > 0 || pool.config().red_zones != 0 {
+        true => 0,
+        false => threads,
+    }
+}
+
 impl RunState<'_> {
     /// The block cache of the thread in `slot`, if any.
     #[allow(clippy::mut_from_ref)]

@@ -9,8 +9,9 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::ops::Range;
-use std::sync::atomic::AtomicU32;
-use std::sync::Mutex;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::auto_plan::AutoPlans;
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
@@ -29,6 +30,10 @@ pub(super) struct RunArrays {
     pub refs: Box<[AtomicU32]>,
     pub pending: Box<[AtomicU32]>,
     pub caches: Box<[UnsafeCell<BlockCache>]>,
+    /// The graph's priorities their last run followed, with the count of learned samples they
+    /// were current for: while nothing more is learned, the next run takes them from here,
+    /// without the graph's lock.
+    pub prio: Option<(Arc<Priorities>, u64)>,
 }
 
 // SAFETY: in the bin the arrays belong to nobody: every slot and cache is empty (no pointer to
@@ -60,6 +65,49 @@ impl<T> Spares<T> {
     }
 }
 
+/// Spare run arrays: one in a slot that a run takes or fills with a single atomic swap (a graph
+/// run by one thread at a time never takes the lock), the others in `Spares`.
+struct SpareArrays {
+    /// NULL, or a `Box<RunArrays>` given up with `Box::into_raw`, owned by the slot.
+    one: AtomicPtr<RunArrays>,
+    more: Spares<Box<RunArrays>>,
+}
+
+impl SpareArrays {
+    fn take(&self) -> Option<Box<RunArrays>> {
+        // Acquire: the arrays' contents, written by the run that kept them, are seen whole.
+        let one = self.one.swap(ptr::null_mut(), Ordering::Acquire);
+        match one.is_null() {
+            // SAFETY: a non-null pointer in the slot came from `Box::into_raw` in `keep`, and
+            // the swap gave it to this caller alone.
+            false => Some(unsafe { Box::from_raw(one) }),
+            true => self.more.take(),
+        }
+    }
+
+    fn keep(&self, arrays: Box<RunArrays>) {
+        let raw = Box::into_raw(arrays);
+        // Release: publishes the arrays' contents to the run that takes them.
+        if let Err(_) = self
+            .one
+            .compare_exchange(ptr::null_mut(), raw, Ordering::Release, Ordering::Relaxed)
+        {
+            // SAFETY: `raw` came from `Box::into_raw` just above and was not published.
+            self.more.keep(unsafe { Box::from_raw(raw) });
+        }
+    }
+}
+
+impl Drop for SpareArrays {
+    fn drop(&mut self) {
+        let one = *self.one.get_mut();
+        if !one.is_null() {
+            // SAFETY: the slot owns it (see `one`), and the graph is going: nobody takes it now.
+            drop(unsafe { Box::from_raw(one) });
+        }
+    }
+}
+
 /// The graph's spare arrays and output lists, and what every run starts from.
 struct Bin {
     /// Per value: readers, plus one for a graph output.
@@ -70,7 +118,7 @@ struct Bin {
     hints: HintCache,
     /// The graph's own plans (`RunOptions::auto_plan`).
     plans: AutoPlans,
-    arrays: Spares<RunArrays>,
+    arrays: SpareArrays,
     outputs: Spares<OutputList>,
 }
 
@@ -198,19 +246,21 @@ fn bin(graph: &Graph) -> &Bin {
         steps: (0..graph.node_count() as u32).map(step).collect(),
         hints: HintCache::default(),
         plans: AutoPlans::default(),
-        arrays: Spares(Mutex::new(Vec::new())),
+        arrays: SpareArrays {
+            one: AtomicPtr::new(ptr::null_mut()),
+            more: Spares(Mutex::new(Vec::new())),
+        },
         outputs: Spares(Mutex::new(Vec::new())),
     })
 }
 
 impl RunArrays {
     /// Arrays for a new run of `graph` with `caches` block caches: spare ones if a run left
-    /// some, else new; counters set to their start (`prio` gives the pending counts).
-    pub fn take(graph: &Graph, prio: &Priorities, caches: usize) -> RunArrays {
+    /// some, else new. Their counters start over in [`reset`](Self::reset).
+    pub fn take(graph: &Graph, caches: usize) -> Box<RunArrays> {
         let bin = bin(graph);
-        let spare = bin.arrays.take();
         let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::default())).collect();
-        let Some(mut arrays) = spare else {
+        let Some(mut arrays) = bin.arrays.take() else {
             let slots: Box<[UnsafeCell<Slot>]> = (0..graph.value_count())
                 .map(|_| UnsafeCell::new(Slot::default()))
                 .collect();
@@ -222,28 +272,42 @@ impl RunArrays {
                     unsafe { std::ptr::addr_of!((*slots[v as usize].get()).tensor) }
                 })
                 .collect();
-            return RunArrays {
+            return Box::new(RunArrays {
                 slots,
                 inputs,
-                refs: bin.initial_refs.iter().map(|&r| AtomicU32::new(r)).collect(),
-                pending: prio.initial_pending.iter().map(|&p| AtomicU32::new(p)).collect(),
+                refs: (0..graph.value_count()).map(|_| AtomicU32::new(0)).collect(),
+                pending: (0..graph.node_count()).map(|_| AtomicU32::new(0)).collect(),
                 caches: new_caches(),
-            };
+                prio: None,
+            });
         };
         if arrays.caches.len() != caches {
             arrays.caches = new_caches();
         }
-        for (r, &start) in arrays.refs.iter_mut().zip(bin.initial_refs.iter()) {
-            *r.get_mut() = start;
-        }
-        for (p, &start) in arrays.pending.iter_mut().zip(&prio.initial_pending) {
-            *p.get_mut() = start;
-        }
         arrays
     }
 
+    /// The graph's current priorities, with the count of learned samples they are current for:
+    /// the ones these arrays kept, if nothing was learned since, else the graph's.
+    pub fn priorities(&mut self, graph: &Graph) -> (Arc<Priorities>, u64) {
+        match self.prio.take() {
+            Some((prio, samples)) if samples == graph.learned_samples() => (prio, samples),
+            _ => graph.current_priorities(),
+        }
+    }
+
+    /// Sets the counters to where a run starts (`prio` gives the pending counts).
+    pub fn reset(&mut self, graph: &Graph, prio: &Priorities) {
+        for (r, &start) in self.refs.iter_mut().zip(bin(graph).initial_refs.iter()) {
+            *r.get_mut() = start;
+        }
+        for (p, &start) in self.pending.iter_mut().zip(&prio.initial_pending) {
+            *p.get_mut() = start;
+        }
+    }
+
     /// Keeps the arrays for the next run of `graph`. Every slot must be empty.
-    pub fn give_back(self, graph: &Graph) {
+    pub fn give_back(self: Box<Self>, graph: &Graph) {
         if self.slots.len() != graph.value_count() {
             return; // not arrays of this graph's runs (none yet: the run took none)
         }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::cache::{release, release_many};
 use super::executor::Executor;
-use super::recycle::{keep_output_list, take_output_list};
+use super::recycle::{keep_output_list, take_output_list, RunArrays};
 use super::scratch::Scratch;
 use super::state::{RunState, Slot, StateOptions};
 use crate::error::{err, ErrorKind, Result};
@@ -336,7 +336,10 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     pool.settle();
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
-    let graph_prio = graph.priorities();
+    let threads = options.executor.map_or(1, Executor::threads);
+    let caches = super::cache::cache_count(pool, options.memory_limit_bytes, threads);
+    let mut arrays = RunArrays::take(graph, caches);
+    let (graph_prio, samples) = arrays.priorities(graph);
     let executor_hints;
     let hints = match (plan, options.executor) {
         (Some(_), _) => None,
@@ -353,25 +356,23 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         _ => None,
     };
     let prio = match (plan.and_then(Plan::scheduled), constrained) {
-        (Some(s), _) => s.priorities.clone(),
-        (None, Some(p)) => p,
-        _ => graph_prio,
+        (Some(s), _) => (s.priorities.clone(), None),
+        (None, Some(p)) => (p, None),
+        _ => (graph_prio, Some(samples)),
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
-    let threads = options.executor.map_or(1, Executor::threads);
     // A block, so that the state drops where it lies: `drop(state)` moved it whole first.
     let (outputs, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
         let mut state = RunState::new(
             graph,
             pool,
-            &prio,
+            arrays,
             StateOptions {
                 memory_limit: options.memory_limit_bytes,
                 window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
                 learn: !options.freeze_estimates,
                 policy: options.policy,
                 parallel: options.executor.is_some(),
-                threads,
                 trace: options.trace,
                 plan,
                 cancel: options.cancel,
@@ -384,13 +385,14 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 },
                 observer: options.observer,
                 started: start,
+                prio,
             },
         );
         state.bind(options.inputs)?;
         state.take_arena_from_pool()?;
         match options.executor {
             Some(executor) => {
-                executor.drive(&state, &prio.roots);
+                executor.drive(&state, &state.prio.roots);
             }
             None => in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
         }

@@ -20,6 +20,7 @@
 //! per-thread block caches (`cache.rs`), where its large values go in the pool (`hints.rs`).
 
 use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -60,8 +61,6 @@ pub(super) struct StateOptions<'r> {
     pub policy: Policy,
     /// Run on an executor (per-thread block caches apply).
     pub parallel: bool,
-    /// Threads that may execute the run's nodes, its caller included.
-    pub threads: usize,
     /// Record every node's execution (times every kernel).
     pub trace: bool,
     /// Place statically sized values at this plan's offsets.
@@ -75,12 +74,19 @@ pub(super) struct StateOptions<'r> {
     pub observer: Option<&'r dyn Observer>,
     /// When the run started: observers' times count from it.
     pub started: Instant,
+    /// The priorities the run follows; if they are the graph's own, with the count of learned
+    /// samples they are current for (the run keeps them with its arrays for the next one).
+    pub prio: (Arc<Priorities>, Option<u64>),
 }
 
 pub(super) struct RunState<'r> {
     pub graph: &'r Graph,
     pub pool: &'r Pool,
-    pub prio: &'r Priorities,
+    /// Taken back (without touching its count) when the state drops: see `StateOptions::prio`.
+    pub prio: ManuallyDrop<Arc<Priorities>>,
+    prio_samples: Option<u64>,
+    /// The box the arrays came in, their fields moved into this state until it drops.
+    arrays: Option<Box<RunArrays>>,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
     pub(super) slots: Box<[UnsafeCell<Slot>]>,
     /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
@@ -175,14 +181,15 @@ unsafe impl Sync for RunState<'_> {}
 unsafe impl Send for RunState<'_> {}
 
 impl<'r> RunState<'r> {
-    pub fn new(graph: &'r Graph, pool: &'r Pool, prio: &'r Priorities, options: StateOptions<'r>) -> Self {
+    /// The state of a run of `graph` in `arrays` (`RunArrays::take`, with
+    /// [`cache_count`](super::cache::cache_count) caches), their counters set here.
+    pub fn new(graph: &'r Graph, pool: &'r Pool, mut arrays: Box<RunArrays>, options: StateOptions<'r>) -> Self {
         let StateOptions {
             memory_limit,
             window,
             learn,
             policy,
             parallel,
-            threads,
             trace,
             plan,
             cancel,
@@ -191,25 +198,23 @@ impl<'r> RunState<'r> {
             context,
             observer,
             started,
+            prio: (prio, prio_samples),
         } = options;
-        // Under a limit admission needs the pool's own count exact at every moment, and red
-        // zones are checked block by block: no caches. A sequential run has one, whose parked
-        // blocks the pool counts as not live (`Pool::park`), so its figures stay exact.
-        let cached = match memory_limit > 0 || pool.config().red_zones != 0 {
-            true => 0,
-            false => threads,
-        };
-        let RunArrays {
-            slots,
-            inputs,
-            refs,
-            pending,
-            caches,
-        } = RunArrays::take(graph, prio, cached);
+        arrays.reset(graph, &prio);
+        let (slots, inputs, refs, pending, caches) = (
+            std::mem::take(&mut arrays.slots),
+            std::mem::take(&mut arrays.inputs),
+            std::mem::take(&mut arrays.refs),
+            std::mem::take(&mut arrays.pending),
+            std::mem::take(&mut arrays.caches),
+        );
+        let cached = caches.len();
         RunState {
             graph,
             pool,
-            prio,
+            prio: ManuallyDrop::new(prio),
+            prio_samples,
+            arrays: Some(arrays),
             slots,
             inputs,
             refs,
@@ -344,8 +349,8 @@ impl<'r> RunState<'r> {
 
     /// The run's error, once it is over (its threads' counts gathered): a stopped run's says
     /// how far it got.
-    pub fn take_error(&self) -> Option<Error> {
-        let e = self.error.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+    pub fn take_error(&mut self) -> Option<Error> {
+        let e = self.error.get_mut().unwrap_or_else(|p| p.into_inner()).take()?;
         if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::DeadlineExceeded) {
             return Some(e);
         }
@@ -538,14 +543,18 @@ impl Drop for RunState<'_> {
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
         self.flush_caches();
-        let arrays = RunArrays {
-            slots: std::mem::take(&mut self.slots),
-            inputs: std::mem::take(&mut self.inputs),
-            refs: std::mem::take(&mut self.refs),
-            pending: std::mem::take(&mut self.pending),
-            caches: std::mem::take(&mut self.caches),
-        };
-        arrays.give_back(self.graph);
+        // SAFETY: this is the state's drop: nothing reads `prio` after this.
+        let prio = unsafe { ManuallyDrop::take(&mut self.prio) };
+        if let Some(mut arrays) = self.arrays.take() {
+            arrays.slots = std::mem::take(&mut self.slots);
+            arrays.inputs = std::mem::take(&mut self.inputs);
+            arrays.refs = std::mem::take(&mut self.refs);
+            arrays.pending = std::mem::take(&mut self.pending);
+            arrays.caches = std::mem::take(&mut self.caches);
+            // The graph's own priorities wait with the arrays for its next run.
+            arrays.prio = self.prio_samples.map(|samples| (prio, samples));
+            arrays.give_back(self.graph);
+        }
     }
 }
 

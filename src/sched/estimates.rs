@@ -217,20 +217,26 @@ impl Graph {
 
     /// The scheduling priorities for the current estimates, recomputed when they have moved.
     pub fn priorities(&self) -> Arc<Priorities> {
+        self.current_priorities().0
+    }
+
+    /// [`priorities`](Self::priorities), with the count of learned samples they are current
+    /// for: while [`learned_samples`](Self::learned_samples) still returns it, they are.
+    pub(crate) fn current_priorities(&self) -> (Arc<Priorities>, u64) {
         let mut cached = learned(self).priorities.lock().unwrap_or_else(|e| e.into_inner());
         let samples = self.learned_samples();
         match &mut *cached {
             // Nothing learned since they were last current: most runs of graphs of cheap
             // kernels, which sample one call in 64.
-            Some((p, checked)) if *checked == samples => p.clone(),
+            Some((p, checked)) if *checked == samples => (p.clone(), samples),
             Some((p, checked)) if !p.is_stale(self) => {
                 *checked = samples;
-                p.clone()
+                (p.clone(), samples)
             }
             _ => {
                 let p = Arc::new(Priorities::compute(self));
                 *cached = Some((p.clone(), samples));
-                p
+                (p, samples)
             }
         }
     }
