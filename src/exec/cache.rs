@@ -174,11 +174,17 @@ impl RunState<'_> {
     }
 
     /// Gives every cached block back to the pool (the caches keep their memory for the graph's
-    /// next run). By the caller, once the run is over.
+    /// next run), and adds the counts the threads left with their caches to the run's. By the
+    /// caller, once no task is under way.
     pub fn flush_caches(&mut self) {
-        self.gather_counts();
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
+            let counts = std::mem::take(&mut cache.counts);
+            *self.busy_ns.get_mut() += counts.busy_ns;
+            *self.nodes_run.get_mut() += counts.nodes_run;
+            *self.acquires.get_mut() += counts.acquires;
+            let peak = self.peak_live.get_mut();
+            *peak = (*peak).max(counts.peak_live);
             cache.settle(self.pool);
             if !cache.blocks.is_empty() {
                 // An empty cache takes no lock (a one-node graph's run ends with one).

@@ -196,9 +196,11 @@ impl Step {
     }
 }
 
-/// Per node: what executing it needs (see [`Step`]).
-pub(super) fn steps(graph: &Graph) -> &[Step] {
-    &bin(graph).steps
+/// What every run of `graph` starts from: per node, what executing it needs (see [`Step`]);
+/// per value, its readers plus one for a graph output (its reference count's start).
+pub(super) fn templates(graph: &Graph) -> (&[Step], &[u32]) {
+    let bin = bin(graph);
+    (&bin.steps, &bin.initial_refs)
 }
 
 /// The graph's cache of [`Hints`](super::hints::Hints).
@@ -209,11 +211,6 @@ pub(super) fn hint_cache(graph: &Graph) -> &HintCache {
 /// The graph's own plans (see `auto_plan.rs`).
 pub(super) fn auto_plans(graph: &Graph) -> &AutoPlans {
     &bin(graph).plans
-}
-
-/// Per value: readers, plus one for a graph output (what a run's reference counts start from).
-pub(super) fn initial_refs(graph: &Graph) -> &[u32] {
-    &bin(graph).initial_refs
 }
 
 fn bin(graph: &Graph) -> &Bin {
@@ -296,9 +293,10 @@ impl RunArrays {
         }
     }
 
-    /// Sets the counters to where a run starts (`prio` gives the pending counts).
-    pub fn reset(&mut self, graph: &Graph, prio: &Priorities) {
-        for (r, &start) in self.refs.iter_mut().zip(bin(graph).initial_refs.iter()) {
+    /// Sets the counters to where a run starts: `initial_refs` as [`templates`] gives them,
+    /// `prio` the pending counts.
+    pub fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
+        for (r, &start) in self.refs.iter_mut().zip(initial_refs) {
             *r.get_mut() = start;
         }
         for (p, &start) in self.pending.iter_mut().zip(&prio.initial_pending) {

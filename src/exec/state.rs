@@ -200,7 +200,8 @@ impl<'r> RunState<'r> {
             started,
             prio: (prio, prio_samples),
         } = options;
-        arrays.reset(graph, &prio);
+        let (steps, initial_refs) = super::recycle::templates(graph);
+        arrays.reset(initial_refs, &prio);
         let (slots, inputs, refs, pending, caches) = (
             std::mem::take(&mut arrays.slots),
             std::mem::take(&mut arrays.inputs),
@@ -239,8 +240,8 @@ impl<'r> RunState<'r> {
                 deferred: Mutex::new(Vec::new()),
             }),
             caches,
-            steps: super::recycle::steps(graph),
-            initial_refs: super::recycle::initial_refs(graph),
+            steps,
+            initial_refs,
             plain_run: plan.is_none(),
             lean: cached > 0 && plan.is_none() && !trace && observer.is_none(),
             hints,
@@ -350,6 +351,9 @@ impl<'r> RunState<'r> {
     /// The run's error, once it is over (its threads' counts gathered): a stopped run's says
     /// how far it got.
     pub fn take_error(&mut self) -> Option<Error> {
+        if !*self.failed.get_mut() {
+            return None;
+        }
         let e = self.error.get_mut().unwrap_or_else(|p| p.into_inner()).take()?;
         if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::DeadlineExceeded) {
             return Some(e);
@@ -443,18 +447,6 @@ impl<'r> RunState<'r> {
         }
     }
 
-    /// Adds the counts the threads left in their places to the run's. Once no task is under way.
-    pub(super) fn gather_counts(&mut self) {
-        for cell in self.caches.iter_mut() {
-            let counts = std::mem::take(&mut cell.get_mut().counts);
-            *self.busy_ns.get_mut() += counts.busy_ns;
-            *self.nodes_run.get_mut() += counts.nodes_run;
-            *self.acquires.get_mut() += counts.acquires;
-            let peak = self.peak_live.get_mut();
-            *peak = (*peak).max(counts.peak_live);
-        }
-    }
-
     /// Runs one node: outputs from the pool, the kernel, then releases and readiness. Nodes it
     /// makes ready (and admits) are appended to `scratch.ready`, most critical first. A failure
     /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
@@ -542,7 +534,10 @@ impl Drop for RunState<'_> {
             }
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
-        self.flush_caches();
+        if !self.drained {
+            // A run that ended well flushed them already (`run`).
+            self.flush_caches();
+        }
         // SAFETY: this is the state's drop: nothing reads `prio` after this.
         let prio = unsafe { ManuallyDrop::take(&mut self.prio) };
         if let Some(mut arrays) = self.arrays.take() {
