@@ -116,7 +116,8 @@ impl RunState<'_> {
         }
         if let Some(trace) = &self.trace {
             scratch.counts.busy_ns += on_thread;
-            let since = |at: Instant| at.duration_since(self.started).as_nanos() as u64;
+            let started = self.started.unwrap_or(t.start);
+            let since = |at: Instant| at.saturating_duration_since(started).as_nanos() as u64;
             let event = NodeEvent {
                 node,
                 thread: t.thread,

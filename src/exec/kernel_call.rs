@@ -509,7 +509,8 @@ impl RunState<'_> {
         start: Instant,
         end: Option<(Instant, bool)>,
     ) -> super::NodeObservation {
-        let since = |t: Instant| t.saturating_duration_since(self.started).as_nanos() as u64;
+        let started = self.started.unwrap_or(start);
+        let since = |t: Instant| t.saturating_duration_since(started).as_nanos() as u64;
         super::NodeObservation {
             node,
             thread,

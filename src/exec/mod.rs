@@ -60,6 +60,7 @@ mod recycle;
 mod run;
 mod scratch;
 mod state;
+mod stopwatch;
 mod window;
 
 pub use crate::kernel::KernelCtx;

@@ -11,6 +11,7 @@ use super::executor::Executor;
 use super::recycle::{keep_output_list, take_output_list, RunArrays};
 use super::scratch::Scratch;
 use super::state::{RunState, Slot, StateOptions};
+use super::stopwatch::Stopwatch;
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
 use crate::kernel::Buffer;
@@ -306,7 +307,9 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         let sizes = super::bind::dynamic_sizes(graph, options.inputs)?;
         return run(&graph.specialize(&sizes)?, pool, options);
     }
-    let start = Instant::now();
+    let stopwatch = Stopwatch::start();
+    // Traces and observers count times from the run's start; no other run reads the clock for it.
+    let started = (options.trace || options.observer.is_some()).then(Instant::now);
     if let Some(plan) = options.plan {
         plan.check_graph(graph)?;
         if matches!(plan.mode(), Mode::Sequential(_)) && options.executor.is_some() {
@@ -384,7 +387,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                     executor: options.executor,
                 },
                 observer: options.observer,
-                started: start,
+                started,
                 prio,
             },
         );
@@ -425,7 +428,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         )
     };
     let stats = RunStats {
-        wall_ns: start.elapsed().as_nanos() as u64,
+        wall_ns: stopwatch.elapsed_ns(),
         nodes_run,
         peak_live_bytes,
         acquires,

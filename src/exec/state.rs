@@ -72,8 +72,8 @@ pub(super) struct StateOptions<'r> {
     /// What kernels reach of the run, and who hears nodes start and end.
     pub context: RunContext<'r>,
     pub observer: Option<&'r dyn Observer>,
-    /// When the run started: observers' times count from it.
-    pub started: Instant,
+    /// When the run started, if it is traced or observed: their times count from it.
+    pub started: Option<Instant>,
     /// The priorities the run follows; if they are the graph's own, with the count of learned
     /// samples they are current for (the run keeps them with its arrays for the next one).
     pub prio: (Arc<Priorities>, Option<u64>),
@@ -170,7 +170,8 @@ pub(super) struct RunState<'r> {
     /// What the run's kernels reach through their context (`context.rs`).
     pub(super) context: RunContext<'r>,
     pub(super) observer: Option<&'r dyn Observer>,
-    pub(super) started: Instant,
+    /// When the run started, if it is traced or observed (their times count from it).
+    pub(super) started: Option<Instant>,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
