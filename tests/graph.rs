@@ -328,6 +328,60 @@ fn a_small_graph_run_again_and_again_keeps_learning() {
     assert!(g.learned_op_ns(g.op_index(n)) >= 100_000);
 }
 
+/// Every node of a small graph run again and again by one thread is timed now and then, not only
+/// the ones at the same few positions of each run: in a chain of 8, the fourth node's op type
+/// learns that it became slow.
+#[test]
+fn every_node_of_a_small_graph_is_timed_again() {
+    use graphsched::{Pool, RunOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    static SLOW: AtomicBool = AtomicBool::new(false);
+    let mut b = GraphBuilder::new();
+    let mut prev = None;
+    let mut fourth = 0;
+    for i in 0..8u32 {
+        let desc = match i {
+            3 => NodeDesc::new(
+                "fourth",
+                "Sometimes",
+                Box::new(|_: &mut graphsched::KernelCtx<'_>| {
+                    if SLOW.load(Ordering::Relaxed) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Ok(())
+                }),
+            ),
+            _ => NodeDesc::new(format!("n{i}"), "Quick", noop()),
+        };
+        let desc = match prev {
+            Some(p) => desc.input(v(p)),
+            None => desc,
+        };
+        let id = b.add_node(desc.output(8)).unwrap();
+        if i == 3 {
+            fourth = id;
+        }
+        prev = Some(id);
+    }
+    b.mark_output(v(prev.unwrap())).unwrap();
+    let g = Arc::new(b.finalize().unwrap());
+    let pool = Arc::new(Pool::default());
+    graphsched::run(&g, &pool, &RunOptions::default()).unwrap();
+    let fast = g.learned_op_ns(g.op_index(fourth));
+    SLOW.store(true, Ordering::Relaxed);
+    // Two periods of the cheapest op types (one call in 64 is timed).
+    for _ in 0..128 {
+        graphsched::run(&g, &pool, &RunOptions::default()).unwrap();
+    }
+    // One sample of 1 ms moves the average (weight 1/8) above 125 us.
+    let now = g.learned_op_ns(g.op_index(fourth));
+    assert!(
+        now >= 100_000,
+        "the fourth node's op type still averages {now} ns (it was {fast})"
+    );
+}
+
 /// Graph inputs live in the caller's memory: the memory-aware order gains nothing by being the
 /// last reader of one, and starts the node that allocates less.
 #[test]

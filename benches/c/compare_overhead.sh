@@ -38,7 +38,7 @@ for _ in $(seq "$rounds"); do
   run here "$build/benches/c/overhead_graphsched"
 done
 
-echo "threads $threads, $rounds rounds: minimum (median)"
+echo "threads $threads, $rounds rounds: minimum (median); ratios of minimums, and medians of each round's ratio"
 python3 - "$out" "$rev" <<'PY'
 import collections, statistics, sys
 times, units = collections.defaultdict(list), {}
@@ -47,10 +47,15 @@ for line in open(sys.argv[1]):
     times[(workload, who)].append(float(value))
     units[workload] = unit
 rev = sys.argv[2]
-print(f"{'workload':<18} {'unit':<8} {rev[:12]:>18} {'here':>18} {'tbb':>18} {'here/rev':>9} {'here/tbb':>9}")
+# Ratios of minimums, and the median of each round's own ratio (programs of one round ran
+# seconds apart, so a slow minute moves both): the second is the steadier on a busy machine.
+print(f"{'workload':<18} {'unit':<8} {rev[:12]:>18} {'here':>18} {'tbb':>18} {'here/rev':>9} {'here/tbb':>9}"
+      f" {'paired/rev':>11} {'paired/tbb':>11}")
 for workload in sorted(units):
     row = [times[(workload, who)] for who in (rev, "here", "tbb")]
     cells = [f"{min(t):.2f} ({statistics.median(t):.2f})" for t in row]
+    paired = [statistics.median(h / o for h, o in zip(row[1], other)) for other in (row[0], row[2])]
     print(f"{workload:<18} {units[workload]:<8} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18} "
-          f"{min(row[1]) / min(row[0]):>8.2f}x {min(row[1]) / min(row[2]):>8.2f}x")
+          f"{min(row[1]) / min(row[0]):>8.2f}x {min(row[1]) / min(row[2]):>8.2f}x"
+          f" {paired[0]:>10.2f}x {paired[1]:>10.2f}x")
 PY

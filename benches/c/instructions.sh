@@ -52,6 +52,41 @@ for line in open(sys.argv[1]):
 print(total)
 PY
 
+# The locked instructions a profile made with --dump-instr=yes executed (lock-prefixed ones, and
+# xchg with a memory operand, which locks): each costs tens of plain instructions, more when
+# another core holds the line, and counting instructions hides them. Their addresses come from
+# objdump.
+read -r -d '' atomics_py <<'PY' || true
+import re, subprocess, sys
+names, counts = {}, {}
+obj, last, after_call = None, 0, False
+for line in open(sys.argv[1]):
+    if line.startswith(("ob=", "cob=")):
+        m = re.match(r"c?ob=(?:\((\d+)\))? ?(.*)", line.strip())
+        if m.group(2):
+            names[m.group(1)] = m.group(2)
+        if line.startswith("ob="):
+            obj = names[m.group(1)]
+    elif line.startswith("calls="):
+        after_call = True
+    elif line[:1] in "0123456789+-*":
+        field = line.split()[0]
+        addr = {"+": lambda: last + int(field[1:]), "-": lambda: last - int(field[1:]),
+                "*": lambda: last}.get(field[0], lambda: int(field, 0))()
+        if after_call:          # a call's inclusive cost, not the instruction's own count
+            after_call = False  # (nor a position the next lines count from)
+        elif len(line.split()) > 2:
+            last = addr
+            counts[(obj, addr)] = counts.get((obj, addr), 0) + int(line.split()[2])
+total = 0
+for o in {o for o, _ in counts}:
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", o], capture_output=True, text=True).stdout
+    # xchg locks only with a memory operand (`xchg %ax,%ax` is a two-byte no-op).
+    for m in re.finditer(r"^\s*([0-9a-f]+):\s+(lock |xchg\s+[^\n]*\()", dis, re.M):
+        total += counts.get((o, int(m.group(1), 16)), 0)
+print(total)
+PY
+
 # count NAME ENV... -- PROGRAM WORKLOAD: prints NAME, the workload and instructions per node.
 count() {
   local name=$1; shift
@@ -61,21 +96,22 @@ count() {
   local prog=$1 w=$2
   local line
   line="$(env "${envs[@]}" "$prog" "$w")"   # the workload's name, node count and runs
-  env "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
+  env "${envs[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" --dump-instr=yes \
       --toggle-collect='*oh_timed_runs*' "$prog" "$w" >/dev/null 2>&1
-  local total hooks
+  local total hooks atomics
   total="$(awk '/^summary:/ {print $2}' "$out")"
   # What the memory checkers' hooks cost (`src/pool/sanitize.rs`: under valgrind they are active,
   # natively each is one load and a branch): the calls into their out-of-line bodies, `*_watched`.
   hooks="$(python3 -c "$hooks_py" "$out")"
+  atomics="$(python3 -c "$atomics_py" "$out")"
   # The program prints: SYSTEM NAME VALUE UNIT (NODES nodes, median of REPS); runs per rep
   # follow from the unit (us/run: 1000 or 10000 runs of a small graph).
-  echo "$line" | awk -v total="$total" -v hooks="$hooks" -v name="$name" '{
+  echo "$line" | awk -v total="$total" -v hooks="$hooks" -v atomics="$atomics" -v name="$name" '{
     nodes = substr($5, 2) + 0
     runs = ($4 == "us/run") ? (($2 ~ /single/) ? 10000 : 1000) : 1
     printf "%-14s %-16s %10.0f instructions/node", name, $2, total / (5 * runs * nodes)
     if (hooks > 0) printf " (%.0f without the checker hooks)", (total - hooks) / (5 * runs * nodes)
-    printf "\n"
+    printf ", %.2f locked\n", atomics / (5 * runs * nodes)
   }'
 }
 

@@ -88,10 +88,10 @@ impl SpareArrays {
     fn keep(&self, arrays: Box<RunArrays>) {
         let raw = Box::into_raw(arrays);
         // Release: publishes the arrays' contents to the run that takes them.
-        if let Err(_) = self
+        let filled = self
             .one
-            .compare_exchange(ptr::null_mut(), raw, Ordering::Release, Ordering::Relaxed)
-        {
+            .compare_exchange(ptr::null_mut(), raw, Ordering::Release, Ordering::Relaxed);
+        if filled.is_err() {
             // SAFETY: `raw` came from `Box::into_raw` just above and was not published.
             self.more.keep(unsafe { Box::from_raw(raw) });
         }

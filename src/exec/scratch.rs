@@ -34,8 +34,10 @@ pub(super) struct Scratch {
     /// Waiting nodes a release let in (memory reserved), most critical first.
     pub admitted: Vec<u32>,
     pub(super) counts: Counts,
-    /// Nodes executed by this thread, for sampling kernel durations.
+    /// Nodes executed by this thread, for sampling kernel durations (see `for_caller`).
     pub(super) executed: u64,
+    /// `executed` when the thread's last run as a caller started.
+    pub(super) run_start: u64,
     /// This thread's block cache in the run being executed, if it has one (see `RunState::caches`).
     pub slot: Option<usize>,
     /// Track of this thread in traces: 0 for a calling thread, worker index + 1.
@@ -67,8 +69,15 @@ impl Scratch {
             mut admitted,
             mut freed,
             executed,
+            run_start,
             ..
         } = kept;
+        // Sampling times one node in a period (a power of two) of those a thread executes,
+        // counting across runs. With `n` nodes a run in a fixed order, the count advances by `n`
+        // each run, and only the positions at multiples of gcd(n, period) would ever be timed
+        // again; an odd advance visits every position, one run in a period each. So a run of an
+        // even number of nodes counts one more.
+        let executed = executed + ((executed - run_start + 1) & 1);
         ready.clear();
         admitted.clear();
         freed.clear();
@@ -79,6 +88,7 @@ impl Scratch {
             // Sampling goes on counting across runs: a graph of fewer nodes than the sampling
             // period run by the same thread would otherwise never be timed again.
             executed,
+            run_start: executed,
             thread: TRACK.try_with(|t| t.get()).unwrap_or(0),
             ..Default::default()
         }

@@ -5,17 +5,26 @@
 //! **The model.** Where the counter ticks at one constant rate on every core (x86-64 with an
 //! invariant TSC, which Linux has chosen as its clock source, so it found the cores' counters in
 //! step), a run's start and end are counter readings, turned into nanoseconds at a rate measured
-//! against `Instant` once per process: the first reading anchors both clocks, and the first
-//! reading at least [`CALIBRATION_TICKS`] later fixes the rate from how far each moved. Until
-//! then, and wherever the counter is not known to be steady, runs read `Instant`.
+//! against `Instant`. The first run anchors both clocks; the first run at least
+//! [`CALIBRATION_TICKS`] later measures the rate from how far each moved, and runs measure it
+//! again each time the span since the anchor has doubled, up to [`REFINE_TICKS`], so that the
+//! reads' own jitter weighs less and less. Each pair of readings is bracketed: an `Instant` read
+//! between two counter reads close together (a thread preempted between them tries again), so
+//! a pause cannot skew the rate. Until the rate is known, and wherever the counter is not known
+//! to be steady, runs read `Instant`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Counter ticks between the anchor and the reading that fixes the rate: over 10 ms at up to
-/// 3 GHz, long enough that the two `Instant` readings' own cost and jitter are below 1e-5 of it.
+/// Counter ticks between the anchor and the first measurement of the rate: over 10 ms at up to
+/// 3 GHz, so that a bracket's width (below [`BRACKET_TICKS`]) is at most 2e-3 of it.
 const CALIBRATION_TICKS: u64 = 1 << 25;
+/// The rate is measured again at twice the span each time, up to this many ticks (about 3 s at
+/// 3 GHz), where a bracket's width is below 1e-5 of the span.
+const REFINE_TICKS: u64 = 1 << 33;
+/// The widest bracket (counter reads around an `Instant` read) that is kept: about 20 us at 3 GHz.
+const BRACKET_TICKS: u64 = 1 << 16;
 
 /// A run's start: a counter reading, or an `Instant` where the counter is not used (yet).
 #[derive(Clone, Copy)]
@@ -26,13 +35,16 @@ pub(super) enum Stopwatch {
 
 impl Stopwatch {
     pub fn start() -> Stopwatch {
-        match counter() {
-            Some(c) if c.rate() != 0 => Stopwatch::Ticks(read_ticks()),
-            Some(c) => {
-                c.calibrate();
-                Stopwatch::Clock(Instant::now())
-            }
-            None => Stopwatch::Clock(Instant::now()),
+        let Some(c) = counter() else {
+            return Stopwatch::Clock(Instant::now());
+        };
+        let ticks = read_ticks();
+        if ticks.wrapping_sub(c.anchor.1) >= c.next.load(Ordering::Relaxed) {
+            c.calibrate();
+        }
+        match c.rate() {
+            0 => Stopwatch::Clock(Instant::now()),
+            _ => Stopwatch::Ticks(ticks),
         }
     }
 
@@ -55,10 +67,13 @@ const RATE_SHIFT: u32 = 32;
 
 /// The time-stamp counter and its rate, where it is steady.
 struct Counter {
+    /// An `Instant` and the counter's value when it was read (bracketed).
     anchor: (Instant, u64),
-    /// Nanoseconds per tick << RATE_SHIFT; 0 until calibrated. Relaxed: a thread that reads 0
-    /// uses `Instant` for that run, and the value never changes once set.
+    /// Nanoseconds per tick << RATE_SHIFT; 0 until measured. Relaxed: a thread that reads 0 uses
+    /// `Instant` for that run, and any value it reads is a good rate.
     rate: AtomicU64,
+    /// Ticks since the anchor at which the rate is measured next (`u64::MAX`: no more).
+    next: AtomicU64,
 }
 
 impl Counter {
@@ -66,16 +81,31 @@ impl Counter {
         self.rate.load(Ordering::Relaxed)
     }
 
-    /// Fixes the rate if the counter has gone far enough since the anchor.
+    /// Measures the rate over the span since the anchor, if it is time to (`next`).
     #[cold]
+    #[inline(never)]
     fn calibrate(&self) {
-        let ticks = read_ticks().wrapping_sub(self.anchor.1);
-        if !(CALIBRATION_TICKS..u64::MAX / 2).contains(&ticks) {
+        let due = self.next.load(Ordering::Relaxed);
+        let Some((now, ticks)) = bracketed() else {
+            return; // preempted each time: the next run tries again
+        };
+        let span = ticks.wrapping_sub(self.anchor.1);
+        // Below `due`: another thread measured meanwhile, or this core's counter lags the
+        // anchor's by a few ticks (the span wrapped).
+        if span < due || span > u64::MAX / 2 {
             return;
         }
-        let ns = self.anchor.0.elapsed().as_nanos();
-        let rate = ((ns << RATE_SHIFT) / ticks as u128).min(u64::MAX as u128) as u64;
-        // Two threads may both calibrate: either rate is good.
+        let after = if span >= REFINE_TICKS { u64::MAX } else { span * 2 };
+        // One thread measures at each point; the others keep the rate they see.
+        if self
+            .next
+            .compare_exchange(due, after, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let ns = now.saturating_duration_since(self.anchor.0).as_nanos();
+        let rate = ((ns << RATE_SHIFT) / span as u128).min(u64::MAX as u128) as u64;
         self.rate.store(rate.max(1), Ordering::Relaxed);
     }
 }
@@ -84,12 +114,26 @@ fn counter() -> Option<&'static Counter> {
     static COUNTER: OnceLock<Option<Counter>> = OnceLock::new();
     COUNTER
         .get_or_init(|| {
-            steady_counter().then(|| Counter {
-                anchor: (Instant::now(), read_ticks()),
+            let anchor = steady_counter().then(bracketed).flatten()?;
+            Some(Counter {
+                anchor,
                 rate: AtomicU64::new(0),
+                next: AtomicU64::new(CALIBRATION_TICKS),
             })
         })
         .as_ref()
+}
+
+/// An `Instant` and the counter's value when it was read: the middle of two counter reads at
+/// most [`BRACKET_TICKS`] apart around it. None if a few tries were all wider (the thread was
+/// preempted or the machine paused it each time).
+fn bracketed() -> Option<(Instant, u64)> {
+    (0..4).find_map(|_| {
+        let before = read_ticks();
+        let now = Instant::now();
+        let width = read_ticks().wrapping_sub(before);
+        (width <= BRACKET_TICKS).then_some((now, before + width / 2))
+    })
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -108,9 +152,10 @@ fn read_ticks() -> u64 {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn steady_counter() -> bool {
     use std::arch::x86_64::__cpuid;
-    // SAFETY: CPUID exists on every x86-64 CPU; leaves above the highest one it reports are not
-    // read. (A safe function in newer Rust, unsafe in the oldest the crate supports.)
+    // A safe function in newer Rust, unsafe in the oldest the crate supports.
     #[allow(unused_unsafe)]
+    // SAFETY: CPUID exists on every x86-64 CPU; leaves above the highest one it reports are not
+    // read.
     let invariant = unsafe { __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0 };
     let source = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource");
     invariant && source.is_ok_and(|s| s.trim() == "tsc")
@@ -124,25 +169,33 @@ fn steady_counter() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    /// Whichever clock it uses, a stopwatch measures a sleep as an `Instant` does, within a
-    /// tolerance the machine's load cannot break (it only lengthens both).
+    /// Whichever clock it uses, a stopwatch measures a sleep as `Instant` does: between the
+    /// time from a read just after its start to a read just before its end, and the time from
+    /// a read just before its start to a read just after its end (a loaded machine only widens
+    /// that interval), give or take the rate's error.
     #[test]
     fn a_stopwatch_agrees_with_instant() {
-        // Past calibration where the counter is used: its first reading anchors it.
+        // Where the counter is used, its first reading anchors it; past 2^25 ticks a run
+        // measures its rate.
         let _ = Stopwatch::start();
-        std::thread::sleep(std::time::Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(40));
         for _ in 0..3 {
-            let (watch, clock) = (Stopwatch::start(), Instant::now());
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            let (measured, reference) = (watch.elapsed_ns(), clock.elapsed().as_nanos() as u64);
-            assert!(measured >= 5_000_000, "{measured} ns for a sleep of 5 ms");
-            // The stopwatch starts before and reads after the reference: it may see more, by
-            // the rate's error (1e-5) and the time between the readings, never 10% less.
-            assert!(measured * 10 >= reference * 9, "{measured} ns against {reference}");
+            let outer = Instant::now();
+            let watch = Stopwatch::start();
+            let inner = Instant::now();
+            std::thread::sleep(Duration::from_millis(5));
+            let inner_ns = inner.elapsed().as_nanos() as u64;
+            let measured = watch.elapsed_ns();
+            let outer_ns = outer.elapsed().as_nanos() as u64;
             assert!(
-                measured <= reference + reference / 10 + 1_000_000,
-                "{measured} ns against {reference}"
+                measured >= inner_ns - inner_ns / 100,
+                "{measured} ns, at least {inner_ns} expected"
+            );
+            assert!(
+                measured <= outer_ns + outer_ns / 100,
+                "{measured} ns, at most {outer_ns} expected"
             );
         }
         if steady_counter() {
