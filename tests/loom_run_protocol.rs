@@ -219,6 +219,7 @@ fn check_counting(spec: Spec, mutation: Mutation, expect: Expect, preemptions: u
                     end.ran[node]
                 );
             }
+            assert_eq!(end.counted as usize, end.ran.len(), "nodes the threads counted");
             let outputs: u64 = (0..spec.bytes.len())
                 .filter(|&v| spec.output[v])
                 .map(|v| spec.bytes[v])

@@ -72,6 +72,10 @@ struct Run {
     /// The run's storage: true until the caller drops the run. Every access to the run by a task
     /// reads it (`touch`), so loom flags any access that does not happen before the drop.
     alive: UnsafeCell<bool>,
+    /// Per thread (the caller 0, the worker 1): the nodes it finished, added with plain writes
+    /// when it flushes (`RunState::flush` into its cache's slot), read by the caller once
+    /// `active` is 0 (`RunState::flush_caches`).
+    counts: [UnsafeCell<u32>; 2],
     slots: Vec<UnsafeCell<Slot>>,
     refs: Vec<AtomicU32>,
     pending: Vec<AtomicU32>,
@@ -142,6 +146,7 @@ impl Run {
         let refs = (0..n).map(|v| AtomicU32::new(spec.successors[v].len() as u32 + spec.output[v] as u32));
         Run {
             alive: UnsafeCell::new(true),
+            counts: [UnsafeCell::new(0), UnsafeCell::new(0)],
             slots: (0..n).map(|_| UnsafeCell::new(Slot::default())).collect(),
             refs: refs.collect(),
             pending: (0..n).map(|v| AtomicU32::new(spec.inputs[v].len() as u32)).collect(),
@@ -303,12 +308,21 @@ impl Run {
     /// (`stopped`) are failures like any other, so only `failed` is modelled.
     /// A deferring node's kernel hands its work to the device (`shared.device`) and returns: if
     /// the completion has not come yet, the node is pending and returned, not finished.
+    /// `RunState::flush`: the thread in `slot` adds the nodes it finished to its place in the run.
+    fn flush(&self, slot: usize, finished: &mut u32) {
+        self.touch();
+        // SAFETY: a slot is written by its thread alone while the run goes on; loom checks that
+        // the caller's read, once `active` is 0, happens after every write.
+        self.counts[slot].with_mut(|c| unsafe { *c += std::mem::take(finished) });
+    }
+
     fn execute(
         self: &Arc<Self>,
         shared: &Shared,
         node: usize,
         ready: &mut Vec<usize>,
         admitted: &mut Vec<usize>,
+        (slot, finished): (usize, &mut u32),
     ) -> bool {
         self.touch();
         if self.failed() {
@@ -333,16 +347,17 @@ impl Run {
             shared.device.lock().unwrap().push_back((task, pending.clone()));
             // `run_chain`: the thread's counts go to the run (`flush`), then it arrives.
             if self.mutation != Mutation::FlushAfterArrival {
-                self.touch();
+                self.flush(slot, finished);
             }
             if !pending.arrive() {
                 if self.mutation == Mutation::FlushAfterArrival {
-                    self.touch();
+                    self.flush(slot, finished);
                 }
                 return true; // pending: the completion queues its end
             }
         }
         self.finish_node(node, ready, admitted);
+        *finished += 1;
         false
     }
 
@@ -443,11 +458,13 @@ impl Shared {
         let mut node = task.node;
         let mut reserved = task.reserved;
         let mut end = task.end;
+        let (slot, mut finished) = (worker as usize, 0);
         loop {
             let (mut ready, mut admitted) = (Vec::new(), Vec::new());
             if std::mem::take(&mut end) {
                 // `RunState::end_pending`: the node's kernel ran; its work is done.
                 run.finish_node(node, &mut ready, &mut admitted);
+                finished += 1;
             } else {
                 if !reserved && !run.admit(node) {
                     break;
@@ -455,7 +472,7 @@ impl Shared {
                 if worker {
                     self.by_worker.fetch_add(1, SeqCst);
                 }
-                if run.execute(self, node, &mut ready, &mut admitted) {
+                if run.execute(self, node, &mut ready, &mut admitted, (slot, &mut finished)) {
                     // `Chain::Pending`: the node keeps this task's place in `active`.
                     if run.mutation == Mutation::PendingLeavesActive {
                         self.leave(&run);
@@ -464,6 +481,7 @@ impl Shared {
                 }
             }
             if run.mutation == Mutation::DecrementBeforePush {
+                run.flush(slot, &mut finished);
                 self.leave(&run);
                 for (nodes, reserved) in [(&admitted, true), (&ready, false)] {
                     if !nodes.is_empty() {
@@ -494,6 +512,7 @@ impl Shared {
                 None => break,
             }
         }
+        run.flush(slot, &mut finished);
         self.leave(&run);
     }
 
@@ -618,6 +637,8 @@ pub struct Outcome {
     pub late_again: usize,
     pub returned: usize,
     pub by_worker: usize,
+    /// The nodes the threads counted as finished (`RunState::flush`), added up by the caller.
+    pub counted: u32,
 }
 
 /// One execution of the run, inside `loom::model`: the caller drives the run, reads what it
@@ -657,6 +678,8 @@ pub fn execution(spec: &Arc<Spec>, mutation: Mutation) -> Outcome {
         late_again: run.late_again.load(SeqCst),
         returned: run.returned.load(SeqCst),
         by_worker: 0,
+        // SAFETY: read once `active` is 0; loom checks that every thread's write came before.
+        counted: run.counts.iter().map(|c| c.with(|c| unsafe { *c })).sum(),
     };
     // SAFETY: loom checks that every task's access to the run happened before this write.
     run.alive.with_mut(|alive| unsafe { *alive = false });
