@@ -177,14 +177,10 @@ impl RunState<'_> {
     /// next run), and adds the counts the threads left with their caches to the run's. By the
     /// caller, once no task is under way.
     pub fn flush_caches(&mut self) {
+        let mut gathered = Counts::default();
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
-            let counts = std::mem::take(&mut cache.counts);
-            *self.busy_ns.get_mut() += counts.busy_ns;
-            *self.nodes_run.get_mut() += counts.nodes_run;
-            *self.acquires.get_mut() += counts.acquires;
-            let peak = self.peak_live.get_mut();
-            *peak = (*peak).max(counts.peak_live);
+            gathered.add(std::mem::take(&mut cache.counts));
             cache.settle(self.pool);
             if !cache.blocks.is_empty() {
                 // An empty cache takes no lock (a one-node graph's run ends with one).
@@ -192,6 +188,11 @@ impl RunState<'_> {
             }
             cache.streak = (0, 0);
         }
+        *self.busy_ns.get_mut() += gathered.busy_ns;
+        *self.nodes_run.get_mut() += gathered.nodes_run;
+        *self.acquires.get_mut() += gathered.acquires;
+        let peak = self.peak_live.get_mut();
+        *peak = (*peak).max(gathered.peak_live);
     }
 }
 

@@ -63,7 +63,7 @@ impl<'r> RunState<'r> {
             // reserves under the gate's lock anyway).
             let mut highest = 0;
             self.add_live(need, &mut highest);
-            self.peak_live.fetch_max(highest, Ordering::Relaxed);
+            self.raise_peak(highest);
         }
         admitted
     }

@@ -443,8 +443,14 @@ impl<'r> RunState<'r> {
         if counts.acquires > 0 {
             self.acquires.fetch_add(counts.acquires, Ordering::Relaxed);
         }
-        if counts.peak_live > self.peak_live.load(Ordering::Relaxed) {
-            self.peak_live.fetch_max(counts.peak_live, Ordering::Relaxed);
+        self.raise_peak(counts.peak_live);
+    }
+
+    /// Raises the run's peak to `highest`, a count of its live bytes some thread saw (a plain
+    /// load first: the peak rarely moves).
+    pub(super) fn raise_peak(&self, highest: u64) {
+        if highest > self.peak_live.load(Ordering::Relaxed) {
+            self.peak_live.fetch_max(highest, Ordering::Relaxed);
         }
     }
 
