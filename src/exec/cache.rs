@@ -173,15 +173,19 @@ impl RunState<'_> {
         true
     }
 
-    /// Gives every cached block back to the pool (the caches keep their memory for the graph's
-    /// next run), and adds the counts the threads left with their caches to the run's. By the
+    /// Gives every cached block back to the pool but those the graph keeps for its next run
+    /// (`reserve.rs`; the caches keep their memory too), and adds the counts the threads left with their caches to the run's. By the
     /// caller, once no task is under way.
     pub fn flush_caches(&mut self) {
         let mut gathered = Counts::default();
+        let mut reserve = self.arrays.as_mut().map(|a| &mut a.reserve);
         for cell in self.caches.iter_mut() {
             let cache = cell.get_mut();
             gathered.add(std::mem::take(&mut cache.counts));
             cache.settle(self.pool);
+            if let Some(reserve) = reserve.as_mut() {
+                reserve.keep_cached(self.pool, cache, self.sequential);
+            }
             if !cache.blocks.is_empty() {
                 // An empty cache takes no lock (a one-node graph's run ends with one).
                 release_many(self.pool, cache.blocks.drain(..), self.sequential);

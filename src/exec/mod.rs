@@ -57,6 +57,7 @@ mod parallel;
 mod pending;
 mod queues;
 mod recycle;
+mod reserve;
 mod run;
 mod scratch;
 mod state;

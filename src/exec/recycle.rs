@@ -14,10 +14,14 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::auto_plan::AutoPlans;
+use super::cache::release_many;
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::hints::{HintCache, HINT_MIN_BYTES};
+use super::reserve::Reserve;
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
+use crate::kernel::Buffer;
+use crate::pool::Pool;
 use crate::sched::Priorities;
 use crate::tensor::Tensor;
 
@@ -34,6 +38,8 @@ pub(super) struct RunArrays {
     /// were current for: while nothing more is learned, the next run takes them from here,
     /// without the graph's lock.
     pub prio: Option<(Arc<Priorities>, u64)>,
+    /// Small blocks kept for the next run (`reserve.rs`).
+    pub reserve: Reserve,
 }
 
 // SAFETY: in the bin the arrays belong to nobody: every slot and cache is empty (no pointer to
@@ -75,14 +81,16 @@ struct SpareArrays {
 
 impl SpareArrays {
     fn take(&self) -> Option<Box<RunArrays>> {
+        self.take_one().or_else(|| self.more.take())
+    }
+
+    /// The arrays in the slot, if any (no lock).
+    fn take_one(&self) -> Option<Box<RunArrays>> {
         // Acquire: the arrays' contents, written by the run that kept them, are seen whole.
         let one = self.one.swap(ptr::null_mut(), Ordering::Acquire);
-        match one.is_null() {
-            // SAFETY: a non-null pointer in the slot came from `Box::into_raw` in `keep`, and
-            // the swap gave it to this caller alone.
-            false => Some(unsafe { Box::from_raw(one) }),
-            true => self.more.take(),
-        }
+        // SAFETY: a non-null pointer in the slot came from `Box::into_raw` in `keep`, and the
+        // swap gave it to this caller alone.
+        (!one.is_null()).then(|| unsafe { Box::from_raw(one) })
     }
 
     fn keep(&self, arrays: Box<RunArrays>) {
@@ -162,6 +170,19 @@ pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
     // The thread has a spare already (or its storage is being torn down): the graph keeps it.
     if let Some(list) = list {
         bin(graph).outputs.keep(list);
+    }
+}
+
+/// Gives a freed result's output blocks back: the small ones to the reserve of the graph's
+/// spare arrays while it has room (`reserve.rs`; the arrays in the slot, taken and put back
+/// without a lock), the rest to the pool.
+pub(super) fn give_back_outputs(graph: &Graph, pool: &Pool, buffers: impl Iterator<Item = Buffer>) {
+    let bin = bin(graph);
+    let mut arrays = bin.arrays.take_one();
+    let rest = buffers.filter(|&b| !arrays.as_mut().is_some_and(|a| a.reserve.keep_live(pool, b)));
+    release_many(pool, rest, false);
+    if let Some(arrays) = arrays {
+        bin.arrays.keep(arrays);
     }
 }
 
@@ -276,12 +297,20 @@ impl RunArrays {
                 pending: (0..graph.node_count()).map(|_| AtomicU32::new(0)).collect(),
                 caches: new_caches(),
                 prio: None,
+                reserve: Reserve::default(),
             });
         };
         if arrays.caches.len() != caches {
             arrays.caches = new_caches();
         }
         arrays
+    }
+
+    /// Hands the blocks the last run kept to the caller's cache of a run on `pool`, and readies
+    /// the reserve to keep this run's (`Reserve::open`).
+    pub fn open_reserve(&mut self, pool: &Arc<Pool>, sequential: bool) {
+        let cache = self.caches.first_mut().map(UnsafeCell::get_mut);
+        self.reserve.open(pool, cache, sequential);
     }
 
     /// The graph's current priorities, with the count of learned samples they are current for:

@@ -6,9 +6,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cache::{release, release_many};
+use super::cache::release;
 use super::executor::Executor;
-use super::recycle::{keep_output_list, take_output_list, RunArrays};
+use super::recycle::{give_back_outputs, keep_output_list, take_output_list, RunArrays};
 use super::scratch::Scratch;
 use super::state::{RunState, Slot, StateOptions};
 use super::stopwatch::Stopwatch;
@@ -272,17 +272,14 @@ impl Drop for RunResult {
     fn drop(&mut self) {
         let arena = std::mem::replace(&mut self.arena, Buffer::NONE);
         let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
-        // Read in place (a slot is 176 bytes, `Copy`: nothing to drop), then cleared. Many
-        // outputs go back under one lock; one goes by the shorter path.
+        // Read in place (a slot is 176 bytes, `Copy`: nothing to drop), then cleared: small
+        // ones wait for the graph's next run, the rest go back to the pool under one lock.
         let outputs = self
             .outputs
             .iter()
             .map(|(_, slot)| slot.buffer)
             .filter(|b| !in_arena(b));
-        match self.outputs.len() {
-            1 => outputs.for_each(|b| release(&self.pool, b)),
-            _ => release_many(&self.pool, outputs, false),
-        }
+        give_back_outputs(&self.graph, &self.pool, outputs);
         self.outputs.clear();
         release(&self.pool, arena);
         keep_output_list(&self.graph, std::mem::take(&mut self.outputs));
@@ -342,6 +339,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     let threads = options.executor.map_or(1, Executor::threads);
     let caches = super::cache::cache_count(pool, options.memory_limit_bytes, threads);
     let mut arrays = RunArrays::take(graph, caches);
+    arrays.open_reserve(pool, options.executor.is_none());
     let (graph_prio, samples) = arrays.priorities(graph);
     let executor_hints;
     let hints = match (plan, options.executor) {

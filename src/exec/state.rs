@@ -86,7 +86,7 @@ pub(super) struct RunState<'r> {
     pub prio: ManuallyDrop<Arc<Priorities>>,
     prio_samples: Option<u64>,
     /// The box the arrays came in, their fields moved into this state until it drops.
-    arrays: Option<Box<RunArrays>>,
+    pub(super) arrays: Option<Box<RunArrays>>,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
     pub(super) slots: Box<[UnsafeCell<Slot>]>,
     /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
