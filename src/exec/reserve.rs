@@ -25,7 +25,7 @@ use crate::kernel::Buffer;
 use crate::pool::{sanitize, Pool};
 
 /// Most blocks a graph's run arrays keep between runs.
-const RESERVE_BLOCKS: usize = 32;
+const RESERVE_BLOCKS: usize = 64;
 
 /// Blocks kept for a graph's next run, with the pool they are parked in.
 #[derive(Default)]
