@@ -4,6 +4,7 @@
 
 use std::ptr::NonNull;
 
+use super::reserve::Reserve;
 use super::scratch::Counts;
 use super::state::{RunState, Slot};
 use crate::error::{ErrorKind, Result};
@@ -29,9 +30,19 @@ pub(super) struct BlockCache {
     /// The counts of the thread's tasks in the run (`RunState::flush`): the cache is its own
     /// place there.
     pub(super) counts: Counts,
+    /// Blocks the graph's reserve had no room for, on their way to the pool (kept for its
+    /// memory: room for a whole cache, so that a steady run allocates nothing here).
+    refused: Vec<Buffer>,
 }
 
 impl BlockCache {
+    pub(super) fn new() -> BlockCache {
+        BlockCache {
+            refused: Vec::with_capacity(CACHE_BLOCKS + 1),
+            ..BlockCache::default()
+        }
+    }
+
     /// Counts a parked block of `bytes` as handed to a node.
     fn unpark(&mut self, bytes: usize) {
         self.unparked += bytes as i64;
@@ -66,6 +77,23 @@ pub(super) fn cache_count(pool: &Pool, memory_limit: u64, threads: usize) -> usi
 }
 
 impl RunState<'_> {
+    /// The graph's reserve of small blocks, if this run keeps blocks there (`reserve.rs`).
+    fn reserve(&self) -> Option<&Reserve> {
+        let reserve = &self.arrays.as_deref()?.reserve;
+        reserve.is_of(self.pool).then_some(reserve)
+    }
+
+    /// Gives the oldest `count` of `cache`'s blocks to the graph's reserve, or to the pool
+    /// where it has no room.
+    fn spill(&self, cache: &mut BlockCache, count: usize) {
+        let blocks = cache.blocks.drain(..count);
+        match self.reserve() {
+            Some(reserve) => reserve.keep(self.pool, blocks, self.sequential, &mut cache.refused),
+            None => cache.refused.extend(blocks),
+        }
+        release_many(self.pool, cache.refused.drain(..), self.sequential);
+    }
+
     /// The block cache of the thread in `slot`, if any.
     #[allow(clippy::mut_from_ref)]
     pub(super) fn cache(&self, slot: Option<usize>) -> Option<&mut BlockCache> {
@@ -75,10 +103,10 @@ impl RunState<'_> {
         Some(unsafe { &mut *cell.get() })
     }
 
-    /// Puts blocks of `n` bytes in `cache`, which has none, taking them from the pool:
-    /// one at first, twice as many each time the same size misses again in a row, up to
-    /// `REFILL` (a fan-out of equal outputs takes the lock once per `REFILL` nodes; sizes seen
-    /// once cost no extra blocks).
+    /// Puts blocks of `n` bytes in `cache`, which has none, taking them from the graph's
+    /// reserve if it has some, else from the pool: one at first, twice as many each time the
+    /// same size misses again in a row, up to `REFILL` (a fan-out of equal outputs takes a lock
+    /// once per `REFILL` nodes; sizes seen once cost no extra blocks).
     /// Returns how many blocks it took from the pool.
     fn refill(&self, cache: &mut BlockCache, n: usize) -> Result<u64> {
         let count = match cache.streak {
@@ -86,6 +114,11 @@ impl RunState<'_> {
             _ => 1,
         };
         cache.streak = (n, count);
+        if let Some(reserve) = self.reserve() {
+            if reserve.take(self.pool, n, count, &mut cache.blocks, self.sequential) > 0 {
+                return Ok(0);
+            }
+        }
         let fresh = &mut cache.fresh;
         fresh.clear();
         if let Err(e) = self.pool.acquire_many(n, count, Owner::Run, self.sequential, fresh) {
@@ -157,7 +190,7 @@ impl RunState<'_> {
                 }
                 cache.blocks.push(buffer);
                 if cache.blocks.len() > CACHE_BLOCKS {
-                    release_many(self.pool, cache.blocks.drain(..CACHE_BLOCKS / 2), self.sequential);
+                    self.spill(cache, CACHE_BLOCKS / 2);
                 }
             }
             cache => {
@@ -178,17 +211,14 @@ impl RunState<'_> {
     /// caller, once no task is under way.
     pub fn flush_caches(&mut self) {
         let mut gathered = Counts::default();
-        let mut reserve = self.arrays.as_mut().map(|a| &mut a.reserve);
-        for cell in self.caches.iter_mut() {
-            let cache = cell.get_mut();
+        for i in 0..self.caches.len() {
+            // No task of the run is under way: every cache is the caller's now.
+            let Some(cache) = self.cache(Some(i)) else { continue };
             gathered.add(std::mem::take(&mut cache.counts));
             cache.settle(self.pool);
-            if let Some(reserve) = reserve.as_mut() {
-                reserve.keep_cached(self.pool, cache, self.sequential);
-            }
+            // An empty cache takes no lock (a one-node graph's run ends with one).
             if !cache.blocks.is_empty() {
-                // An empty cache takes no lock (a one-node graph's run ends with one).
-                release_many(self.pool, cache.blocks.drain(..), self.sequential);
+                self.spill(cache, cache.blocks.len());
             }
             cache.streak = (0, 0);
         }
@@ -218,6 +248,7 @@ pub(super) fn release_many(pool: &Pool, buffers: impl IntoIterator<Item = Buffer
 }
 
 /// Gives one buffer back to the pool, as [`release_many`] does.
+#[inline]
 pub(super) fn release(pool: &Pool, buffer: Buffer) {
     if buffer.capacity > 0 && !buffer.ptr.is_null() {
         release_many(pool, std::iter::once(buffer), false);

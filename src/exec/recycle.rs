@@ -277,7 +277,7 @@ impl RunArrays {
     /// some, else new. Their counters start over in [`reset`](Self::reset).
     pub fn take(graph: &Graph, caches: usize) -> Box<RunArrays> {
         let bin = bin(graph);
-        let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::default())).collect();
+        let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::new())).collect();
         let Some(mut arrays) = bin.arrays.take() else {
             let slots: Box<[UnsafeCell<Slot>]> = (0..graph.value_count())
                 .map(|_| UnsafeCell::new(Slot::default()))
