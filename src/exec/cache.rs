@@ -1,6 +1,7 @@
-//! Per-thread caches of small blocks in a run: small outputs rarely take the pool's lock, which
-//! every thread contends for. And how a run gives blocks back to the pool (a freed value's block
-//! to the thread's cache, the rest to the pool).
+//! Per-thread caches of small blocks in a run: small outputs rarely take a lock. And how a run
+//! gives blocks back (a freed value's block to the thread's cache, the rest to the pool). Behind
+//! the caches is the graph's reserve (`reserve.rs`): a cache's surplus goes there and a refill
+//! comes from there first; the pool, which every thread contends for, is the last resort.
 
 use std::ptr::NonNull;
 
@@ -206,9 +207,9 @@ impl RunState<'_> {
         true
     }
 
-    /// Gives every cached block back to the pool but those the graph keeps for its next run
-    /// (`reserve.rs`; the caches keep their memory too), and adds the counts the threads left with their caches to the run's. By the
-    /// caller, once no task is under way.
+    /// Empties the caches into the graph's reserve (`reserve.rs`), or the pool where it has no
+    /// room (the caches keep their memory), and adds the counts the threads left with their
+    /// caches to the run's. By the caller, once no task is under way.
     pub fn flush_caches(&mut self) {
         let mut gathered = Counts::default();
         for i in 0..self.caches.len() {
