@@ -466,7 +466,8 @@ typedef struct gs_run_stats {
   uint64_t acquires;
   // System allocations the pool made while the run went on (by any user of the pool).
   uint64_t os_allocs;
-  // Threads the run could use, its caller's included.
+  // Threads the run could use, its caller's included: 1 for a graph that can never have two
+  // nodes ready at once (a chain), which runs on its caller even when given an executor.
   uint64_t threads;
   // Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
   // is `busy_ns / (wall_ns * threads)`.

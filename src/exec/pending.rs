@@ -13,7 +13,8 @@
 //! thread (the work completed before the kernel returned), the node ends there, as if it had not
 //! been deferred. If it is the completion, on an executor it queues a task that ends the node on
 //! a worker (with that worker's caches and deques, and continuing along the critical path as
-//! any task does); without an executor it wakes the run's thread, which waits at the node. The
+//! any task does); in a run on its calling thread alone (without an executor, or a serial graph
+//! given one, `run.rs`) it wakes that thread, which waits at the node. The
 //! completing thread does nothing else, so a device's callback thread never runs kernels.
 
 use std::any::Any;
@@ -147,7 +148,13 @@ impl PendingNode {
         let resume = Resume {
             run: (state as *const RunState<'_>).cast(),
             node,
-            executor: state.context.executor.map(|e| e.shared().clone()),
+            // A run on the calling thread alone (without an executor, or a serial graph's,
+            // `run.rs`) waits at the node: its completion wakes it, queues nothing.
+            executor: state
+                .context
+                .executor
+                .filter(|_| !state.sequential)
+                .map(|e| e.shared().clone()),
             called: Mutex::new(Some(called)),
         };
         if self.resume.set(resume).is_err() {

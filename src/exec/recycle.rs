@@ -126,6 +126,8 @@ struct Bin {
     hints: HintCache,
     /// The graph's own plans (`RunOptions::auto_plan`).
     plans: AutoPlans,
+    /// No two of its operator nodes can ever be ready at once (see [`is_serial`]).
+    serial: bool,
     arrays: SpareArrays,
     outputs: Spares<OutputList>,
 }
@@ -229,6 +231,14 @@ pub(super) fn hint_cache(graph: &Graph) -> &HintCache {
     &bin(graph).hints
 }
 
+/// Whether no two operator nodes of `graph` can ever be ready at once: each one in the
+/// topological order reads an output of the one before it (so nothing can start before its
+/// predecessor in the order ends). Such a graph, a chain or a single node, gains nothing from
+/// an executor's threads.
+pub(super) fn is_serial(graph: &Graph) -> bool {
+    bin(graph).serial
+}
+
 /// The graph's own plans (see `auto_plan.rs`).
 pub(super) fn auto_plans(graph: &Graph) -> &AutoPlans {
     &bin(graph).plans
@@ -269,6 +279,27 @@ fn bin(graph: &Graph) -> &Bin {
             more: Spares(Mutex::new(Vec::new())),
         },
         outputs: Spares(Mutex::new(Vec::new())),
+        serial: serial(graph),
+    })
+}
+
+/// See [`is_serial`].
+fn serial(graph: &Graph) -> bool {
+    let mut operators = graph
+        .topological_order()
+        .iter()
+        .filter(|&&node| !graph.is_graph_input(node));
+    let Some(&first) = operators.next() else {
+        return true;
+    };
+    let mut before = first;
+    operators.all(|&node| {
+        let follows = graph
+            .node_inputs(node)
+            .iter()
+            .any(|&v| graph.value_producer(v) == before);
+        before = node;
+        follows
     })
 }
 

@@ -176,7 +176,8 @@ pub struct RunStats {
     pub acquires: u64,
     /// System allocations the pool made while the run went on (by any user of the pool).
     pub os_allocs: u64,
-    /// Threads the run could use, its caller's included.
+    /// Threads the run could use, its caller's included: 1 for a graph that can never have two
+    /// nodes ready at once (a chain), which runs on its caller even when given an executor.
     pub threads: u64,
     /// Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
     /// is `busy_ns / (wall_ns * threads)`.
@@ -331,18 +332,25 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         }
         caller => caller,
     };
+    // A graph that can never have two nodes ready at once gains nothing from the executor's
+    // threads: it runs on the calling thread, without the executor's queues, as a run without
+    // one does (its kernels still reach the executor through their context). Not under a memory
+    // limit, whose admission differs without an executor.
+    let executor = options
+        .executor
+        .filter(|_| options.memory_limit_bytes > 0 || !super::recycle::is_serial(graph));
     let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
-    let threads = options.executor.map_or(1, Executor::threads);
+    let threads = executor.map_or(1, Executor::threads);
     let caches = super::cache::cache_count(pool, options.memory_limit_bytes, threads);
     let mut arrays = RunArrays::take(graph, caches);
-    arrays.open_reserve(pool, options.executor.is_none());
+    arrays.open_reserve(pool, executor.is_none());
     let (graph_prio, samples) = arrays.priorities(graph);
     let executor_hints;
-    let hints = match (plan, options.executor) {
+    let hints = match (plan, executor) {
         (Some(_), _) => None,
         (None, None) => super::hints::sequential(graph),
         (None, Some(e)) => {
@@ -373,7 +381,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
                 learn: !options.freeze_estimates,
                 policy: options.policy,
-                parallel: options.executor.is_some(),
+                parallel: executor.is_some(),
                 trace: options.trace,
                 plan,
                 cancel: options.cancel,
@@ -391,7 +399,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         );
         state.bind(options.inputs)?;
         state.take_arena_from_pool()?;
-        match options.executor {
+        match executor {
             Some(executor) => {
                 executor.drive(&state, &state.prio.roots);
             }
