@@ -94,6 +94,7 @@ void free_result(Walk *w, Result *res);
 
 /* Every node's kernel, and what the values it computes must hold. */
 int32_t kernel(gs_kernel_ctx *ctx, void *user);
+int serial(const Graph *g);
 void reference(const Graph *g, void *const *buf, uint64_t hash[MAXN][MAXOUT]);
 void verify_result(Walk *w, const Result *res);
 int first_marked(const Result *res, gs_value *v);

@@ -197,6 +197,22 @@ int32_t kernel(gs_kernel_ctx *ctx, void *user) {
     return 99;
 }
 
+/* Whether no two operator nodes of `g` can ever be ready at once: in id order (a topological
+   one) each operator reads an output of the operator before it. Given an executor, such a graph
+   runs on its caller alone (its stats say 1 thread), unless under a memory limit. */
+int serial(const Graph *g) {
+    int before = -1;
+    for (uint32_t i = 0; i < g->n; i++) {
+        const Node *p = &g->node[i];
+        if (p->is_input) continue;
+        int reads = before < 0;
+        for (uint32_t j = 0; j < p->nin; j++) reads |= p->in[j].node == (uint32_t)before;
+        if (!reads) return 0;
+        before = (int)i;
+    }
+    return 1;
+}
+
 /* What every value of `g` holds, given the caller memory bound to its inputs. */
 void reference(const Graph *g, void *const *buf, uint64_t hash[MAXN][MAXOUT]) {
     uint8_t b[MAXBYTES];
