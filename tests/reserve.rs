@@ -5,42 +5,18 @@
 
 use std::sync::Arc;
 
-use graphsched::{Executor, Graph, GraphBuilder, NodeDesc, Pool, PoolConfig, RunOptions, ValueRef};
+mod common;
 
-fn empty() -> graphsched::Kernel {
-    Box::new(|_| Ok(()))
-}
+use graphsched::{Executor, Graph, Pool, PoolConfig, RunOptions, ValueRef};
 
-/// A chain of `n` nodes with outputs of `bytes`, its last value the graph's output.
 fn chain(n: u32, bytes: usize) -> Arc<Graph> {
-    let mut b = GraphBuilder::new();
-    let mut prev = None;
-    for i in 0..n {
-        let mut d = NodeDesc::new(format!("n{i}"), "Op", empty()).output(bytes);
-        if let Some(p) = prev {
-            d = d.input(ValueRef::new(p, 0));
-        }
-        prev = Some(b.add_node(d).unwrap());
-    }
-    b.mark_output(ValueRef::new(prev.unwrap(), 0)).unwrap();
-    Arc::new(b.finalize().unwrap())
+    Arc::new(common::chain(n, bytes))
 }
 
 /// One node feeding `width` nodes of 16-byte outputs, all read by one join: every middle value
 /// lives until the join, far more than a thread's cache holds.
 fn fan(width: u32) -> Arc<Graph> {
-    let mut b = GraphBuilder::new();
-    let root = b.add_node(NodeDesc::new("root", "Op", empty()).output(16)).unwrap();
-    let mut join = NodeDesc::new("join", "Join", empty()).output(16);
-    for i in 0..width {
-        let d = NodeDesc::new(format!("m{i}"), "Mid", empty())
-            .input(ValueRef::new(root, 0))
-            .output(16);
-        join = join.input(ValueRef::new(b.add_node(d).unwrap(), 0));
-    }
-    let join = b.add_node(join).unwrap();
-    b.mark_output(ValueRef::new(join, 0)).unwrap();
-    Arc::new(b.finalize().unwrap())
+    Arc::new(common::fan(width, |_| 16))
 }
 
 /// Whether every block of the pool is back: a trim then leaves no memory reserved.

@@ -5,7 +5,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use graphsched::{Executor, Graph, GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
+mod common;
+
+use common::chain;
+use graphsched::{Executor, Graph, Pool, RunOptions, ValueRef};
 
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
@@ -31,39 +34,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-fn empty() -> graphsched::Kernel {
-    Box::new(|_| Ok(()))
-}
-
-/// A chain of `n` nodes with outputs of `bytes`.
-fn chain(n: u32, bytes: usize) -> Graph {
-    let mut b = GraphBuilder::new();
-    let mut prev = None;
-    for i in 0..n {
-        let mut d = NodeDesc::new(format!("n{i}"), "Op", empty()).output(bytes);
-        if let Some(p) = prev {
-            d = d.input(ValueRef::new(p, 0));
-        }
-        prev = Some(b.add_node(d).unwrap());
-    }
-    b.mark_output(ValueRef::new(prev.unwrap(), 0)).unwrap();
-    b.finalize().unwrap()
-}
-
 /// One node feeding `width` nodes of mixed output sizes, all read by one join.
 fn fan(width: u32) -> Graph {
-    let mut b = GraphBuilder::new();
-    let root = b.add_node(NodeDesc::new("root", "Op", empty()).output(64)).unwrap();
-    let mut join = NodeDesc::new("join", "Join", empty()).output(16);
-    for i in 0..width {
-        let d = NodeDesc::new(format!("m{i}"), "Mid", empty())
-            .input(ValueRef::new(root, 0))
-            .output(16 << (i % 4));
-        join = join.input(ValueRef::new(b.add_node(d).unwrap(), 0));
-    }
-    let join = b.add_node(join).unwrap();
-    b.mark_output(ValueRef::new(join, 0)).unwrap();
-    b.finalize().unwrap()
+    common::fan(width, |i| 16 << (i % 4))
 }
 
 /// The count is process-wide: one test runs at a time.

@@ -159,3 +159,40 @@ impl AlignedBuf {
         graphsched::Tensor::new(self.0.as_ptr() as *mut _, self.1)
     }
 }
+
+/// A kernel that does nothing.
+pub fn empty() -> Kernel {
+    Box::new(|_| Ok(()))
+}
+
+/// A chain of `n` nodes with outputs of `bytes`, its last value the graph's output.
+pub fn chain(n: u32, bytes: usize) -> graphsched::Graph {
+    let mut b = GraphBuilder::new();
+    let mut prev = None;
+    for i in 0..n {
+        let mut d = NodeDesc::new(format!("n{i}"), "Op", empty()).output(bytes);
+        if let Some(p) = prev {
+            d = d.input(ValueRef::new(p, 0));
+        }
+        prev = Some(b.add_node(d).unwrap());
+    }
+    b.mark_output(ValueRef::new(prev.unwrap(), 0)).unwrap();
+    b.finalize().unwrap()
+}
+
+/// A root of 64 bytes feeding `width` nodes, middle node `i` with an output of `bytes(i)`, all
+/// read by one join of 16 bytes, the graph's output.
+pub fn fan(width: u32, bytes: impl Fn(u32) -> usize) -> graphsched::Graph {
+    let mut b = GraphBuilder::new();
+    let root = b.add_node(NodeDesc::new("root", "Op", empty()).output(64)).unwrap();
+    let mut join = NodeDesc::new("join", "Join", empty()).output(16);
+    for i in 0..width {
+        let d = NodeDesc::new(format!("m{i}"), "Mid", empty())
+            .input(ValueRef::new(root, 0))
+            .output(bytes(i));
+        join = join.input(ValueRef::new(b.add_node(d).unwrap(), 0));
+    }
+    let join = b.add_node(join).unwrap();
+    b.mark_output(ValueRef::new(join, 0)).unwrap();
+    b.finalize().unwrap()
+}
