@@ -421,7 +421,8 @@ typedef struct gs_run_options {
   // Length of `inputs`; 0 for a graph without inputs (`inputs` may then be NULL).
   size_t num_inputs;
   // Run on this executor's threads, by priority. NULL: on the calling thread alone, in
-  // topological order (policy and window do not apply).
+  // topological order (policy and window do not apply); so does a graph that can never have
+  // two nodes ready at once (a chain), unless `memory_limit_bytes` is set.
   struct gs_executor *executor;
   // Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
   // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.

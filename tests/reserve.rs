@@ -101,6 +101,12 @@ fn values_that_outgrow_the_caches_come_from_the_reserve_once_steady() {
             "steady runs asked the system for memory"
         );
         assert_eq!(after.live_bytes, 0);
+        // Exact while a result is held: its 16-byte output alone is live (a block parked twice,
+        // or not at all, would show here).
+        let held = graphsched::run(&graph, &pool, &options).unwrap();
+        assert_eq!(pool.stats().live_bytes, 16, "parallel: {parallel}");
+        drop(held);
+        assert_eq!(pool.stats().live_bytes, 0);
     }
 }
 

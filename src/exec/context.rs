@@ -77,7 +77,8 @@ impl KernelCtx<'_> {
         self.run_context().map(|c| c.pool)
     }
 
-    /// The executor running this node, if the run has one: a nested run on it shares its threads.
+    /// The executor the run was given, if any (a serial graph's nodes run on its caller even
+    /// so): a nested run on it shares its threads.
     pub fn executor(&self) -> Option<&Executor> {
         self.run_context().and_then(|c| c.executor)
     }

@@ -149,7 +149,8 @@ impl PendingNode {
             run: (state as *const RunState<'_>).cast(),
             node,
             // A run on the calling thread alone (without an executor, or a serial graph's,
-            // `run.rs`) waits at the node: its completion wakes it, queues nothing.
+            // `run.rs`) waits at the node: its completion wakes it, queues nothing. That caller
+            // runs no other task meanwhile (kernels must not wait on one another, design.md).
             executor: state
                 .context
                 .executor
@@ -194,7 +195,8 @@ impl PendingNode {
         self.arrivals.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
-    /// Without an executor: waits until the completion came (the kernel has returned).
+    /// In a run on its calling thread alone: waits until the completion came (the kernel has
+    /// returned), running nothing else meanwhile.
     pub(super) fn wait(&self) {
         let mut woken = lock(&self.woken);
         while !*woken {

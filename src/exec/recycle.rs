@@ -72,7 +72,10 @@ impl<T> Spares<T> {
 }
 
 /// Spare run arrays: one in a slot that a run takes or fills with a single atomic swap (a graph
-/// run by one thread at a time never takes the lock), the others in `Spares`.
+/// run by one thread at a time never takes the lock), the others in `Spares`. A freed result
+/// takes the slot's arrays for a moment to give its outputs to their reserve: a run starting
+/// on another thread just then takes others, or makes new ones (kept as spares after it, so
+/// this happens again only when more runs overlap than ever before).
 struct SpareArrays {
     /// NULL, or a `Box<RunArrays>` given up with `Box::into_raw`, owned by the slot.
     one: AtomicPtr<RunArrays>,

@@ -34,8 +34,10 @@ use crate::pool::{sanitize, Pool};
 
 /// Most bytes of blocks a graph's run arrays keep.
 const RESERVE_BYTES: usize = 4 << 20;
-/// Most blocks of a size a run's calling thread starts with (the rest wait for refills).
+/// Most blocks a run's calling thread starts with, of each size and in all (the rest wait for
+/// refills): a cache that starts below half full neither spills nor outgrows its room.
 const LEND: usize = 16;
+const LEND_ALL: usize = 32;
 
 /// Small blocks kept by a graph's runs, with the pool they are parked in.
 #[derive(Default)]
@@ -119,9 +121,10 @@ impl Reserve {
             return;
         }
         let before = bins.bytes;
+        let mut lent = 0;
         for i in 0..bins.sizes.len() {
             let size = bins.sizes[i].0;
-            bins.take(size, LEND, &mut cache.blocks);
+            lent += bins.take(size, LEND.min(LEND_ALL - lent), &mut cache.blocks);
         }
         let lent = before - bins.bytes;
         if !sequential && lent > 0 {
@@ -142,8 +145,10 @@ impl Reserve {
     /// how many. `parked`: the cache's blocks are parked (a sequential run's), else they become
     /// live.
     pub fn take(&self, pool: &Pool, size: usize, count: usize, out: &mut Vec<Buffer>, parked: bool) -> usize {
-        let n = self.lock().take(size, count, out);
+        let mut bins = self.lock();
+        let n = bins.take(size, count, out);
         if !parked && n > 0 {
+            // Under the lock: a thread that keeps these blocks again parks them after this.
             pool.settle_parked((n * size) as i64, (n * size) as i64);
         }
         n
@@ -160,8 +165,8 @@ impl Reserve {
                 false => refused.push(block),
             }
         }
-        drop(bins);
         if !parked && kept > 0 {
+            // Under the lock: no thread takes them (and unparks them) before they are parked.
             pool.settle_parked(-(kept as i64), 0);
         }
     }

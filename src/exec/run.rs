@@ -88,7 +88,9 @@ pub struct RunOptions<'a> {
     /// One binding per graph input.
     pub inputs: &'a [InputBinding<'a>],
     /// Run on these threads, by priority; `None`: on the calling thread alone, in topological
-    /// order (policy and window do not apply).
+    /// order (policy and window do not apply). So does a graph that can never have two nodes
+    /// ready at once (a chain), unless `memory_limit_bytes` is set: the executor's threads could
+    /// add nothing but their queues. Its kernels still reach the executor.
     pub executor: Option<&'a Executor>,
     /// Which ready node runs first on an executor (default: [`Policy::BottomLevel`]).
     pub policy: Policy,

@@ -82,7 +82,8 @@ pub struct gs_run_options {
     /// Length of `inputs`; 0 for a graph without inputs (`inputs` may then be NULL).
     pub num_inputs: usize,
     /// Run on this executor's threads, by priority. NULL: on the calling thread alone, in
-    /// topological order (policy and window do not apply).
+    /// topological order (policy and window do not apply); so does a graph that can never have
+    /// two nodes ready at once (a chain), unless `memory_limit_bytes` is set.
     pub executor: *mut gs_executor,
     /// Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
     /// not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
