@@ -89,10 +89,12 @@ impl RunState<'_> {
     fn spill(&self, cache: &mut BlockCache, count: usize) {
         let blocks = cache.blocks.drain(..count);
         match self.reserve() {
-            Some(reserve) => reserve.keep(self.pool, blocks, self.sequential, &mut cache.refused),
-            None => cache.refused.extend(blocks),
+            Some(reserve) => {
+                reserve.keep(self.pool, blocks, self.sequential, &mut cache.refused);
+                release_many(self.pool, cache.refused.drain(..), self.sequential);
+            }
+            None => release_many(self.pool, blocks, self.sequential),
         }
-        release_many(self.pool, cache.refused.drain(..), self.sequential);
     }
 
     /// The block cache of the thread in `slot`, if any.

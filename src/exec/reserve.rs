@@ -121,10 +121,10 @@ impl Reserve {
             return;
         }
         let before = bins.bytes;
-        let mut lent = 0;
+        let mut blocks = 0;
         for i in 0..bins.sizes.len() {
             let size = bins.sizes[i].0;
-            lent += bins.take(size, LEND.min(LEND_ALL - lent), &mut cache.blocks);
+            blocks += bins.take(size, LEND.min(LEND_ALL - blocks), &mut cache.blocks);
         }
         let lent = before - bins.bytes;
         if !sequential && lent > 0 {
