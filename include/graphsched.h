@@ -132,6 +132,12 @@
 // keeps the whole arena while it lives.
 #define GS_RUN_AUTO_PLAN 4
 
+// `gs_run_options.flags`: run on the executor's threads even where graphsched expects the
+// calling thread alone to be faster: a graph that can never have two nodes ready at once, or
+// one whose kernels, as estimated, are too short to pay for the threads (see
+// `gs_run_options.executor`).
+#define GS_RUN_FORCE_EXECUTOR 8
+
 // What a call did. 0 is success; every other value names one kind of failure, and
 // `gs_last_error_message()` says which node, value or argument it was about.
 enum gs_status
@@ -421,8 +427,11 @@ typedef struct gs_run_options {
   // Length of `inputs`; 0 for a graph without inputs (`inputs` may then be NULL).
   size_t num_inputs;
   // Run on this executor's threads, by priority. NULL: on the calling thread alone, in
-  // topological order (policy and window do not apply); so does a graph that can never have
-  // two nodes ready at once (a chain), unless `memory_limit_bytes` is set.
+  // topological order (policy and window do not apply). So does, unless `memory_limit_bytes`
+  // or `GS_RUN_FORCE_EXECUTOR` is set, a graph that can never have two nodes ready at once (a
+  // chain), and one whose kernels, as estimated, are too short for the threads to save more
+  // than they cost (150 ns a node, README: on two threads, kernels under about 300 ns). Its
+  // kernels still reach the executor (`gs_ctx_executor`).
   struct gs_executor *executor;
   // Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
   // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
@@ -467,8 +476,9 @@ typedef struct gs_run_stats {
   uint64_t acquires;
   // System allocations the pool made while the run went on (by any user of the pool).
   uint64_t os_allocs;
-  // Threads the run could use, its caller's included: 1 for a graph that can never have two
-  // nodes ready at once (a chain), which runs on its caller even when given an executor.
+  // Threads the run could use, its caller's included: 1 for a run on its caller alone, as a
+  // chain, or a graph of kernels too short to pay for the threads, runs even when given an
+  // executor (`RunOptions::executor`).
   uint64_t threads;
   // Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
   // is `busy_ns / (wall_ns * threads)`.

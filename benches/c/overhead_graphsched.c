@@ -4,7 +4,11 @@
  * (default 2: the calling thread plus one worker) and one pool shared by all runs. Each graph is built and finalized
  * once, not timed; a run is gs_run + gs_result_free. One warm-up run, then the median of
  * OH_REPS repetitions. OH_SEQUENTIAL=1: no executor (sequential runs on the calling thread).
- * OH_FREEZE=1: runs keep the estimates as they are (no kernel is timed).
+ * OH_FREEZE=1: runs keep the estimates as they are (no kernel is timed). OH_FORCE_EXECUTOR=1:
+ * runs stay on the executor's threads (GS_RUN_FORCE_EXECUTOR) even where graphsched would run
+ * them on the caller alone (a chain, or kernels too short to pay for the threads).
+ * OH_DEBUG=1: after the timed runs, prints the threads one more run used and the graph's
+ * estimated total work and critical path (what decided it).
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
 #include <graphsched.h>
@@ -100,6 +104,8 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   /* OH_AUTO_PLAN=1: runs on the graph's own static plan (GS_RUN_AUTO_PLAN): one arena a run. */
   const char *auto_plan = getenv("OH_AUTO_PLAN");
   if (auto_plan && atoi(auto_plan)) opts.flags |= GS_RUN_AUTO_PLAN;
+  const char *force = getenv("OH_FORCE_EXECUTOR");
+  if (force && atoi(force)) opts.flags |= GS_RUN_FORCE_EXECUTOR;
 
   check(gs_run(g, pool, &opts, &res), "gs_run (warm-up)");
   gs_result_free(res);
@@ -109,6 +115,17 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
     samples[r] = oh_now_ns() - t0;
   }
   oh_report("graphsched", w, oh_median(samples, OH_REPS));
+  if (getenv("OH_DEBUG")) {
+    gs_run_stats st;
+    gs_graph_info gi;
+    check(gs_run(g, pool, &opts, &res), "gs_run (debug)");
+    check(gs_result_stats(res, &st), "gs_result_stats");
+    gs_result_free(res);
+    check(gs_graph_get_info(g, &gi), "gs_graph_get_info");
+    fprintf(stderr, "%s: threads %llu, estimated work %llu ns, critical path %llu ns\n", w->name,
+            (unsigned long long)st.threads, (unsigned long long)gi.total_work_ns,
+            (unsigned long long)gi.critical_path_ns);
+  }
   gs_graph_free(g);
   oh_free(w);
 }

@@ -307,12 +307,12 @@ fn serial(graph: &Graph) -> bool {
 }
 
 impl RunArrays {
-    /// Arrays for a new run of `graph` with `caches` block caches: spare ones if a run left
-    /// some, else new. Their counters start over in [`reset`](Self::reset).
-    pub fn take(graph: &Graph, caches: usize) -> Box<RunArrays> {
+    /// Arrays for a new run of `graph`: spare ones if a run left some, else new (without block
+    /// caches: [`fit_caches`](Self::fit_caches)). Their counters start over in
+    /// [`reset`](Self::reset).
+    pub fn take(graph: &Graph) -> Box<RunArrays> {
         let bin = bin(graph);
-        let new_caches = || (0..caches).map(|_| UnsafeCell::new(BlockCache::new())).collect();
-        let Some(mut arrays) = bin.arrays.take() else {
+        let Some(arrays) = bin.arrays.take() else {
             let slots: Box<[UnsafeCell<Slot>]> = (0..graph.value_count())
                 .map(|_| UnsafeCell::new(Slot::default()))
                 .collect();
@@ -329,15 +329,19 @@ impl RunArrays {
                 inputs,
                 refs: (0..graph.value_count()).map(|_| AtomicU32::new(0)).collect(),
                 pending: (0..graph.node_count()).map(|_| AtomicU32::new(0)).collect(),
-                caches: new_caches(),
+                caches: Box::new([]),
                 prio: None,
                 reserve: Reserve::default(),
             });
         };
-        if arrays.caches.len() != caches {
-            arrays.caches = new_caches();
-        }
         arrays
+    }
+
+    /// Gives the arrays `count` block caches, new ones unless they have as many already.
+    pub fn fit_caches(&mut self, count: usize) {
+        if self.caches.len() != count {
+            self.caches = (0..count).map(|_| UnsafeCell::new(BlockCache::new())).collect();
+        }
     }
 
     /// Hands the blocks the last run kept to the caller's cache of a run on `pool`, and readies

@@ -17,7 +17,7 @@ use crate::graph::{Graph, ValueRef};
 use crate::kernel::Buffer;
 use crate::plan::{Mode, Plan};
 use crate::pool::Pool;
-use crate::sched::Policy;
+use crate::sched::{Policy, Priorities};
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::trace::NodeEvent;
 
@@ -88,10 +88,14 @@ pub struct RunOptions<'a> {
     /// One binding per graph input.
     pub inputs: &'a [InputBinding<'a>],
     /// Run on these threads, by priority; `None`: on the calling thread alone, in topological
-    /// order (policy and window do not apply). So does a graph that can never have two nodes
-    /// ready at once (a chain), unless `memory_limit_bytes` is set: the executor's threads could
-    /// add nothing but their queues. Its kernels still reach the executor.
+    /// order (policy and window do not apply). So does, unless `memory_limit_bytes` or
+    /// `force_executor` is set, a graph that can never have two nodes ready at once (a chain),
+    /// and one whose kernels, as estimated, are too short for the threads to save more than
+    /// they cost ([`Priorities::spreading_pays`]). Its kernels still reach the executor.
     pub executor: Option<&'a Executor>,
+    /// Run on the `executor`'s threads even where the calling thread alone is expected to be
+    /// faster (see `executor`).
+    pub force_executor: bool,
     /// Which ready node runs first on an executor (default: [`Policy::BottomLevel`]).
     pub policy: Policy,
     /// Most nodes of this run in flight at once: executing, or pending (deferred by their
@@ -178,8 +182,9 @@ pub struct RunStats {
     pub acquires: u64,
     /// System allocations the pool made while the run went on (by any user of the pool).
     pub os_allocs: u64,
-    /// Threads the run could use, its caller's included: 1 for a graph that can never have two
-    /// nodes ready at once (a chain), which runs on its caller even when given an executor.
+    /// Threads the run could use, its caller's included: 1 for a run on its caller alone, as a
+    /// chain, or a graph of kernels too short to pay for the threads, runs even when given an
+    /// executor (`RunOptions::executor`).
     pub threads: u64,
     /// Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
     /// is `busy_ns / (wall_ns * threads)`.
@@ -328,29 +333,23 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             );
         }
     }
+    let mut arrays = RunArrays::take(graph);
+    let (graph_prio, samples) = arrays.priorities(graph);
+    let executor = options.executor.filter(|e| spreads(graph, &graph_prio, e, options));
     let plan = match options.plan {
         None if options.auto_plan && options.memory_limit_bytes == 0 => {
-            super::auto_plan::auto_plan(graph, options.executor.map(Executor::threads))
+            super::auto_plan::auto_plan(graph, executor.map(Executor::threads))
         }
         caller => caller,
     };
-    // A graph that can never have two nodes ready at once gains nothing from the executor's
-    // threads: it runs on the calling thread, without the executor's queues, as a run without
-    // one does (its kernels still reach the executor through their context). Not under a memory
-    // limit, whose admission differs without an executor.
-    let executor = options
-        .executor
-        .filter(|_| options.memory_limit_bytes > 0 || !super::recycle::is_serial(graph));
     let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices.
     pool.settle();
+    let threads = executor.map_or(1, Executor::threads);
+    arrays.fit_caches(super::cache::cache_count(pool, options.memory_limit_bytes, threads));
+    arrays.open_reserve(pool, executor.is_none());
     // Large values go where a placement of the graph's lifetimes puts them, from free space
     // the pool has now (`hints.rs`); a caller's plan places them itself.
-    let threads = executor.map_or(1, Executor::threads);
-    let caches = super::cache::cache_count(pool, options.memory_limit_bytes, threads);
-    let mut arrays = RunArrays::take(graph, caches);
-    arrays.open_reserve(pool, executor.is_none());
-    let (graph_prio, samples) = arrays.priorities(graph);
     let executor_hints;
     let hints = match (plan, executor) {
         (Some(_), _) => None,
@@ -453,6 +452,19 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         events,
         traced: options.trace,
     })
+}
+
+/// Whether a run of `graph` given `executor` goes on its threads, rather than on its caller
+/// alone, as a run without one. Always under a memory limit (whose admission differs without an
+/// executor) or when the caller insists (`RunOptions::force_executor`). Otherwise not for a graph
+/// that can never have two nodes ready at once (a chain): the threads could add nothing but
+/// their queues. Nor for one whose kernels, as estimated, are too short to pay for the threads
+/// (`Priorities::spreading_pays`). Either way its kernels still reach the executor through
+/// their context.
+fn spreads(graph: &Graph, prio: &Priorities, executor: &Executor, options: &RunOptions<'_>) -> bool {
+    options.memory_limit_bytes > 0
+        || options.force_executor
+        || (!super::recycle::is_serial(graph) && prio.spreading_pays(executor.threads()))
 }
 
 /// The sequential driver: every operator node in `order` (topological), on the calling thread.

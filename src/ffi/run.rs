@@ -39,6 +39,11 @@ pub const GS_RUN_TRACE: u32 = 2;
 /// later runs place every static value in one arena. Ignored under a memory limit. A result
 /// keeps the whole arena while it lives.
 pub const GS_RUN_AUTO_PLAN: u32 = 4;
+/// `gs_run_options.flags`: run on the executor's threads even where graphsched expects the
+/// calling thread alone to be faster: a graph that can never have two nodes ready at once, or
+/// one whose kernels, as estimated, are too short to pay for the threads (see
+/// `gs_run_options.executor`).
+pub const GS_RUN_FORCE_EXECUTOR: u32 = 8;
 
 /// A `GS_POLICY_*` value from C, checked.
 pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
@@ -82,8 +87,11 @@ pub struct gs_run_options {
     /// Length of `inputs`; 0 for a graph without inputs (`inputs` may then be NULL).
     pub num_inputs: usize,
     /// Run on this executor's threads, by priority. NULL: on the calling thread alone, in
-    /// topological order (policy and window do not apply); so does a graph that can never have
-    /// two nodes ready at once (a chain), unless `memory_limit_bytes` is set.
+    /// topological order (policy and window do not apply). So does, unless `memory_limit_bytes`
+    /// or `GS_RUN_FORCE_EXECUTOR` is set, a graph that can never have two nodes ready at once (a
+    /// chain), and one whose kernels, as estimated, are too short for the threads to save more
+    /// than they cost (150 ns a node, README: on two threads, kernels under about 300 ns). Its
+    /// kernels still reach the executor (`gs_ctx_executor`).
     pub executor: *mut gs_executor,
     /// Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
     /// not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
@@ -195,7 +203,7 @@ pub unsafe extern "C" fn gs_run(
                 run_options.executor = Some(&unsafe { handle_ref(o.executor, "options.executor") }?.executor);
             }
             run_options.policy = policy_from_c(o.policy)?;
-            let known = GS_RUN_FREEZE_ESTIMATES | GS_RUN_TRACE | GS_RUN_AUTO_PLAN;
+            let known = GS_RUN_FREEZE_ESTIMATES | GS_RUN_TRACE | GS_RUN_AUTO_PLAN | GS_RUN_FORCE_EXECUTOR;
             if o.flags & !known != 0 {
                 let unknown = o.flags & !known;
                 return Err(FfiError::new(
@@ -206,6 +214,7 @@ pub unsafe extern "C" fn gs_run(
             run_options.freeze_estimates = o.flags & GS_RUN_FREEZE_ESTIMATES != 0;
             run_options.trace = o.flags & GS_RUN_TRACE != 0;
             run_options.auto_plan = o.flags & GS_RUN_AUTO_PLAN != 0;
+            run_options.force_executor = o.flags & GS_RUN_FORCE_EXECUTOR != 0;
             if !o.cancel.is_null() {
                 // SAFETY: the handle is not freed concurrently (C contract).
                 run_options.cancel = Some(&unsafe { handle_ref(o.cancel, "options.cancel") }?.token);

@@ -177,6 +177,14 @@ impl Graph {
         learned(self).samples.load(Ordering::Acquire)
     }
 
+    /// Whether a kernel of op type `op` has ever deferred its end (`KernelCtx::defer`).
+    pub fn op_has_deferred(&self, op: u32) -> bool {
+        learned(self)
+            .op_thread_ns
+            .get(op as usize)
+            .is_some_and(|a| a.load(Ordering::Relaxed) != 0)
+    }
+
     /// How runs have seen an op type's kernels spend their time.
     pub fn op_kind(&self, op: u32) -> NodeKind {
         let l = learned(self);

@@ -43,9 +43,11 @@ mod admission;
 mod bound;
 mod constrained;
 mod estimates;
+mod spread;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
 pub use estimates::{NodeKind, Sample, DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY, SAMPLE_EVERY_CHEAP};
+pub use spread::NODE_COST_NS;
 
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
@@ -89,6 +91,13 @@ pub struct Priorities {
     pub critical_path: Vec<u32>,
     /// Sum of every node's work ([`Priorities::work`]): what one thread takes.
     pub total_work_ns: u64,
+    /// Operator nodes (graph inputs are not run).
+    pub operators: u64,
+    /// Some node's kernel has deferred its end, once at least (`KernelCtx::defer`).
+    pub defers: bool,
+    /// Some operator node's op type has not been measured by a run yet (whatever its
+    /// estimate): nothing is known of how its kernels spend their time, deferring or not.
+    pub unmeasured: bool,
     /// Position of each node in priority order (critical path first): lower runs first.
     pub rank: Vec<u32>,
     /// Queue band under [`Policy::CriticalPath`], below [`BANDS`]: 0 for no slack, higher for more.
@@ -188,6 +197,9 @@ impl Priorities {
             output_bytes,
             work_around: std::sync::OnceLock::new(),
             total_work_ns: work.iter().copied().fold(0, u64::saturating_add),
+            operators: (0..n as u32).filter(|&v| !g.is_graph_input(v)).count() as u64,
+            defers: (0..g.op_type_count() as u32).any(|op| g.op_has_deferred(op)),
+            unmeasured: (0..n as u32).any(|v| !g.is_graph_input(v) && g.learned_op_ns(g.op_index(v)) == 0),
             weight,
             work,
             kind,
@@ -305,8 +317,8 @@ impl Priorities {
         executed % every == 0
     }
 
-    /// Whether learned estimates have moved since these were computed: an op type measured for
-    /// the first time, or one whose average moved by more than a fifth and by at least
+    /// Whether learned estimates have moved since these were computed: an op type measured or
+    /// deferring for the first time, or one whose average moved by more than a fifth and by at least
     /// [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
     pub fn is_stale(&self, g: &Graph) -> bool {
         let kinds_moved = self
@@ -314,7 +326,9 @@ impl Priorities {
             .iter()
             .enumerate()
             .any(|(op, &k)| g.op_kind(op as u32) != k);
+        let deferred = !self.defers && (0..self.basis.len() as u32).any(|op| g.op_has_deferred(op));
         kinds_moved
+            || deferred
             || self.basis.iter().enumerate().any(|(op, &old)| {
                 let new = g.learned_op_ns(op as u32);
                 let moved = new.abs_diff(old);
