@@ -89,7 +89,7 @@ int main(void) {
     CHECK_OK(gs_executor_new(&two, &ex));
     CHECK_OK(gs_pool_new(NULL, &pool));
     for (int run = 0; run < RUNS; run++) {
-        gs_run_options o = {.plan = plan, .executor = run % 2 ? NULL : ex};
+        gs_run_options o = {.plan = plan, .executor = run % 2 ? NULL : ex, .flags = run % 2 ? 0 : GS_RUN_FORCE_EXECUTOR};
         gs_run_result *r;
         CHECK_OK(gs_run(g, pool, &o, &r));
         gs_result_free(r);
@@ -97,10 +97,11 @@ int main(void) {
     gs_plan_free(plan);
 
     /* No plan of our own: the graph makes one at its first run (scheduled for the executor's
-     * threads) and every run takes exactly one block, its arena, from the pool. */
+     * threads, or sequential once its runs go to the caller) and every run takes exactly one
+     * block, its arena, from the pool. */
     for (int run = 0; run < RUNS; run++) {
         gs_pool_stats before, after;
-        gs_run_options o = {.executor = ex, .flags = GS_RUN_AUTO_PLAN};
+        gs_run_options o = {.executor = ex, .flags = GS_RUN_AUTO_PLAN | GS_RUN_FORCE_EXECUTOR};
         gs_run_result *r;
         CHECK_OK(gs_pool_get_stats(pool, &before));
         CHECK_OK(gs_run(g, pool, &o, &r));

@@ -119,7 +119,8 @@
 // `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
 #define GS_POLICY_CRITICAL_PATH 3
 
-// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
+// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are. A graph
+// no run has measured then keeps the executor's threads (see `gs_run_options.executor`).
 #define GS_RUN_FREEZE_ESTIMATES 1
 
 // `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
@@ -127,7 +128,8 @@
 #define GS_RUN_TRACE 2
 
 // `gs_run_options.flags`: without `plan`, use the graph's own static plan, made at the first
-// run that asks (sequential without an executor, for the executor's threads on one), so that
+// run that asks (sequential on the caller alone, for the executor's threads when the run goes
+// on them: see `gs_run_options.executor`), so that
 // later runs place every static value in one arena. Ignored under a memory limit. A result
 // keeps the whole arena while it lives.
 #define GS_RUN_AUTO_PLAN 4
@@ -476,9 +478,9 @@ typedef struct gs_run_stats {
   uint64_t acquires;
   // System allocations the pool made while the run went on (by any user of the pool).
   uint64_t os_allocs;
-  // Threads the run could use, its caller's included: 1 for a run on its caller alone, as a
-  // chain, or a graph of kernels too short to pay for the threads, runs even when given an
-  // executor (`RunOptions::executor`).
+  // Threads the run could use, its caller's included: 1 for a run on its caller alone. A
+  // chain, and a graph of kernels too short to pay for the threads, run so even when given
+  // an executor.
   uint64_t threads;
   // Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
   // is `busy_ns / (wall_ns * threads)`.
@@ -572,7 +574,8 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 // request, another thread), returns `GS_OK`, and the work calls `gs_complete(*out, ...)` when
 // it is done, from any thread. Until then the node is pending: its inputs stay alive, its
 // outputs stay allocated for the work to write, and the kernel's thread runs other nodes
-// (without an executor the run waits at the node). A pending node keeps its place in the run's
+// (without an executor the run waits at the node; so does, once, a run that went to its caller
+// before any kernel of this op type deferred: see `gs_run_options.executor`). A pending node keeps its place in the run's
 // window (`gs_run_options.window` bounds nodes running or pending). A run that is cancelled,
 // passes its deadline or fails while nodes are pending waits for their completions before it
 // returns its buffers and its status: every `gs_completion` must be completed. Everything else
@@ -585,7 +588,8 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 // # Safety
 // `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
 // returns; `out` is writable.
-gs_status gs_ctx_defer(struct gs_kernel_ctx *c, struct gs_completion **out);
+gs_status gs_ctx_defer(struct gs_kernel_ctx *c,
+                       struct gs_completion **out);
 
 // Ends a node whose kernel deferred its end, and frees `completion`. `status` is `GS_OK` if
 // the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, naming the

@@ -92,9 +92,10 @@ fn empty_kernels_run_on_the_caller_once_they_are_measured() {
 #[test]
 fn the_caller_can_keep_the_executor() {
     let executor = Executor::new(2).unwrap();
-    let g = fan_of(200, common::empty, None);
-    let seen = threads(&g, &executor, true, 10);
+    let g = fan_of(200, common::empty, Some(10));
+    let seen = threads(&g, &executor, true, 4);
     assert!(seen.iter().all(|&t| t == 2), "forced onto the executor: {seen:?}");
+    assert_eq!(threads(&g, &executor, false, 1), [1], "without the flag: on the caller");
 }
 
 #[test]
@@ -155,4 +156,35 @@ fn a_deferring_kernel_always_spreads() {
     let seen = threads(&g, &executor, false, 6);
     assert!(seen.iter().all(|&t| t == 2), "{seen:?}");
     assert!(g.priorities().defers);
+}
+
+#[test]
+fn a_first_deferral_sends_later_runs_back_to_the_threads() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DEFER: AtomicBool = AtomicBool::new(false);
+    let executor = Executor::new(2).unwrap();
+    // Estimated short: once measured, runs go to the caller. Then the kernels start to defer
+    // (completing at once, from their own thread), in a run that times no call at all.
+    let kernel = || -> graphsched::Kernel {
+        Box::new(|ctx| {
+            if DEFER.load(Ordering::Relaxed) {
+                ctx.defer().map_err(|e| e.to_string())?.complete(Ok(()));
+            }
+            Ok(())
+        })
+    };
+    let g = fan_of(100, kernel, Some(10));
+    assert_eq!(threads(&g, &executor, false, 3), [2, 1, 1]);
+    DEFER.store(true, Ordering::Relaxed);
+    let pool = Arc::new(Pool::default());
+    let untimed = RunOptions {
+        executor: Some(&executor),
+        freeze_estimates: true,
+        ..Default::default()
+    };
+    let run = graphsched::run(&g, &pool, &untimed).unwrap();
+    assert_eq!(run.stats().threads, 1, "decided before the deferrals");
+    drop(run);
+    assert!(g.priorities().defers, "every deferral counts, timed or not");
+    assert_eq!(graphsched::run(&g, &pool, &untimed).unwrap().stats().threads, 2);
 }

@@ -115,7 +115,8 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
     samples[r] = oh_now_ns() - t0;
   }
   oh_report("graphsched", w, oh_median(samples, OH_REPS));
-  if (getenv("OH_DEBUG")) {
+  const char *debug = getenv("OH_DEBUG");
+  if (debug && atoi(debug)) {
     gs_run_stats st;
     gs_graph_info gi;
     check(gs_run(g, pool, &opts, &res), "gs_run (debug)");

@@ -77,8 +77,8 @@ impl KernelCtx<'_> {
         self.run_context().map(|c| c.pool)
     }
 
-    /// The executor the run was given, if any (a serial graph's nodes run on its caller even
-    /// so): a nested run on it shares its threads.
+    /// The executor the run was given, if any (the nodes of a serial graph, or of one of short
+    /// kernels, run on its caller even so): a nested run on it shares its threads.
     pub fn executor(&self) -> Option<&Executor> {
         self.run_context().and_then(|c| c.executor)
     }

@@ -423,6 +423,7 @@ impl RunState<'_> {
             self.conclude(node, outputs, called(), None, scratch)?;
             return Ok(None);
         };
+        self.graph.note_deferral(node);
         let called = called();
         if let Some(e) = &called.failure {
             // The run stops starting nodes now, not only once the work completes; the node's

@@ -106,7 +106,8 @@ pub struct RunOptions<'a> {
     /// fit wait for releases; a run that cannot go on fails with `ErrorKind::MemoryLimit`.
     /// Outputs of dynamic size are counted once allocated, not admitted in advance.
     pub memory_limit_bytes: u64,
-    /// Keep the graph's learned estimates as they are (do not time the kernels).
+    /// Keep the graph's learned estimates as they are (do not time the kernels). A graph no run
+    /// has measured then keeps the executor's threads (`Priorities::spreading_pays`).
     pub freeze_estimates: bool,
     /// Record when and where every node ran ([`RunResult::events`]) and the time spent in
     /// kernels; costs a clock reading and a lock per node.
@@ -117,7 +118,8 @@ pub struct RunOptions<'a> {
     /// plan, nodes also wait for the plan's ordering constraints).
     pub plan: Option<&'a Plan>,
     /// Without a `plan`: use the graph's own, made at the first run that asks (sequential for
-    /// runs without an executor, scheduled for the executor's threads), so that later runs
+    /// runs on their caller alone, scheduled for the executor's threads when the run goes on
+    /// them: see `executor`), so that later runs
     /// place every static value in one arena. Ignored under a memory limit, which admission
     /// keeps on the dynamic pool. Not the default: a result keeps the whole arena while it
     /// holds its outputs.
@@ -182,9 +184,9 @@ pub struct RunStats {
     pub acquires: u64,
     /// System allocations the pool made while the run went on (by any user of the pool).
     pub os_allocs: u64,
-    /// Threads the run could use, its caller's included: 1 for a run on its caller alone, as a
-    /// chain, or a graph of kernels too short to pay for the threads, runs even when given an
-    /// executor (`RunOptions::executor`).
+    /// Threads the run could use, its caller's included: 1 for a run on its caller alone. A
+    /// chain, and a graph of kernels too short to pay for the threads, run so even when given
+    /// an executor.
     pub threads: u64,
     /// Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
     /// is `busy_ns / (wall_ns * threads)`.

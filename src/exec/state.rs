@@ -182,8 +182,8 @@ unsafe impl Sync for RunState<'_> {}
 unsafe impl Send for RunState<'_> {}
 
 impl<'r> RunState<'r> {
-    /// The state of a run of `graph` in `arrays` (`RunArrays::take`, with
-    /// [`cache_count`](super::cache::cache_count) caches), their counters set here.
+    /// The state of a run of `graph` in `arrays` (`RunArrays::take`, then `fit_caches` to
+    /// [`cache_count`](super::cache::cache_count)), their counters set here.
     pub fn new(graph: &'r Graph, pool: &'r Pool, mut arrays: Box<RunArrays>, options: StateOptions<'r>) -> Self {
         let StateOptions {
             memory_limit,

@@ -29,13 +29,15 @@ pub const GS_POLICY_FIFO: u32 = 1;
 pub const GS_POLICY_BOTTOM_LEVEL: u32 = 2;
 /// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
 pub const GS_POLICY_CRITICAL_PATH: u32 = 3;
-/// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are.
+/// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are. A graph
+/// no run has measured then keeps the executor's threads (see `gs_run_options.executor`).
 pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
 /// `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
 /// the time spent in kernels (`gs_run_stats.busy_ns`); a clock reading and a lock per node.
 pub const GS_RUN_TRACE: u32 = 2;
 /// `gs_run_options.flags`: without `plan`, use the graph's own static plan, made at the first
-/// run that asks (sequential without an executor, for the executor's threads on one), so that
+/// run that asks (sequential on the caller alone, for the executor's threads when the run goes
+/// on them: see `gs_run_options.executor`), so that
 /// later runs place every static value in one arena. Ignored under a memory limit. A result
 /// keeps the whole arena while it lives.
 pub const GS_RUN_AUTO_PLAN: u32 = 4;

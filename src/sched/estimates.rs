@@ -10,7 +10,7 @@
 //! The state lives with the graph (runs of the same graph share what they learn), in the slot
 //! [`Graph`] keeps for the scheduler, so that `graph` itself knows nothing of scheduling.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::Priorities;
@@ -51,6 +51,10 @@ struct Learned {
     /// of the time its kernels held their thread (a call that did not defer: all of its time);
     /// 0 while none has deferred.
     op_thread_ns: Vec<AtomicU64>,
+    /// Per op type: a kernel of it has deferred its end, in any call, sampled or not
+    /// (`Graph::note_deferral`). Set before `samples` moves (Release there), so a run that sees
+    /// the new count sees the flag.
+    op_deferred: Vec<AtomicBool>,
     /// Priorities for the current estimates, computed on first use and again when they move,
     /// with the count of `samples` when they were last found current: while no sample has been
     /// folded in since, they need no check against the estimates.
@@ -112,6 +116,7 @@ fn learned(g: &Graph) -> &Learned {
         op_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         op_width: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         op_thread_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
+        op_deferred: (0..g.op_type_count()).map(|_| AtomicBool::new(false)).collect(),
         priorities: Mutex::new(None),
         samples: AtomicU64::new(0),
     })
@@ -180,9 +185,25 @@ impl Graph {
     /// Whether a kernel of op type `op` has ever deferred its end (`KernelCtx::defer`).
     pub fn op_has_deferred(&self, op: u32) -> bool {
         learned(self)
-            .op_thread_ns
+            .op_deferred
             .get(op as usize)
-            .is_some_and(|a| a.load(Ordering::Relaxed) != 0)
+            .is_some_and(|d| d.load(Ordering::Relaxed))
+    }
+
+    /// Records that `node`'s kernel deferred its end, on every deferral (not only the sampled
+    /// calls): the first one of its op type makes the priorities stale, and runs of the graph
+    /// keep the executor's threads from then on (`spread.rs`).
+    pub fn note_deferral(&self, node: u32) {
+        let l = learned(self);
+        let Some(flag) = l.op_deferred.get(self.op_index(node) as usize) else {
+            return;
+        };
+        if !flag.load(Ordering::Relaxed) {
+            flag.store(true, Ordering::Relaxed);
+            // Release: a run that reads the new count (Acquire) rechecks its priorities and sees
+            // the flag.
+            l.samples.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// How runs have seen an op type's kernels spend their time.

@@ -15,7 +15,7 @@
 //! operator node. On two threads and a wide graph, spreading pays above about 300 ns a kernel.
 //!
 //! Two kinds of graph always spread, whatever their figures. One with a kernel that has deferred
-//! its end (`KernelCtx::defer`): alone, the caller would wait out each deferred node with
+//! its end (`KernelCtx::defer`; every deferral is noted, timed or not): alone, the caller would wait out each deferred node with
 //! nothing else running, where an executor's threads, even its caller alone, run other nodes
 //! meanwhile (and one node's completion may wait for another node). And one with an op type no
 //! run has measured yet, given estimates or not: nothing is known of how its kernels spend
