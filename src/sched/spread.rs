@@ -15,11 +15,12 @@
 //! operator node. On two threads and a wide graph, spreading pays above about 300 ns a kernel.
 //!
 //! Two kinds of graph always spread, whatever their figures. One with a kernel that has deferred
-//! its end (`KernelCtx::defer`; every deferral is noted, timed or not): alone, the caller would wait out each deferred node with
-//! nothing else running, where an executor's threads, even its caller alone, run other nodes
-//! meanwhile (and one node's completion may wait for another node). And one with an op type no
-//! run has measured yet, given estimates or not: nothing is known of how its kernels spend
-//! their time, deferring or not. So the first run of a graph behaves as the executor always
+//! its end (`KernelCtx::defer`; every deferral is noted, timed or not, `Graph::note_deferral`):
+//! alone, the caller would wait out each deferred node with nothing else running, where an
+//! executor's threads, even its caller alone, run other nodes meanwhile (and one node's
+//! completion may wait for another node). And one with an op type no run has measured yet,
+//! given estimates or not: nothing is known of how its kernels spend their time, deferring or
+//! not. So the first run of a graph behaves as the executor always
 //! did, and measures every op type; later runs follow the estimates (given, else measured), so
 //! a graph whose kernels turn out long goes back to the threads. Estimates move the decision
 //! only when they move the priorities (by a fifth and [`MIN_MOVE_NS`](super::MIN_MOVE_NS)), so it
