@@ -575,21 +575,20 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 // it is done, from any thread. Until then the node is pending: its inputs stay alive, its
 // outputs stay allocated for the work to write, and the kernel's thread runs other nodes
 // (without an executor the run waits at the node; so does, once, a run that went to its caller
-// before any kernel of this op type deferred: see `gs_run_options.executor`). A pending node keeps its place in the run's
-// window (`gs_run_options.window` bounds nodes running or pending). A run that is cancelled,
-// passes its deadline or fails while nodes are pending waits for their completions before it
-// returns its buffers and its status: every `gs_completion` must be completed. Everything else
-// is settled when the kernel returns: dynamic outputs allocated, descriptors set. A kernel that
-// returns an error after deferring fails the run, which still waits for the completion. At
-// most once per kernel call.
+// before any kernel of this op type deferred: see `gs_run_options.executor`). A pending node
+// keeps its place in the run's window (`gs_run_options.window` bounds nodes running or
+// pending). A run that is cancelled, passes its deadline or fails while nodes are pending
+// waits for their completions before it returns its buffers and its status: every
+// `gs_completion` must be completed. Everything else is settled when the kernel returns:
+// dynamic outputs allocated, descriptors set. A kernel that returns an error after deferring
+// fails the run, which still waits for the completion. At most once per kernel call.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
 //
 // # Safety
 // `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
 // returns; `out` is writable.
-gs_status gs_ctx_defer(struct gs_kernel_ctx *c,
-                       struct gs_completion **out);
+gs_status gs_ctx_defer(struct gs_kernel_ctx *c, struct gs_completion **out);
 
 // Ends a node whose kernel deferred its end, and frees `completion`. `status` is `GS_OK` if
 // the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, naming the

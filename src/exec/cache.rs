@@ -138,8 +138,8 @@ impl RunState<'_> {
     }
 
     /// A block of `n` bytes from `cache` (the newest of that size: still warm), refilled from
-    /// the graph's reserve or the pool if it has none; with how many blocks the refill took. Inline when the newest
-    /// block fits, as it does in a graph of equal sizes.
+    /// the graph's reserve or the pool if it has none; with how many blocks the refill took.
+    /// Inline when the newest block fits, as it does in a graph of equal sizes.
     #[inline(always)]
     pub(super) fn take_cached(&self, cache: &mut BlockCache, n: usize) -> Result<(Buffer, u64)> {
         let (buffer, refills) = match cache.blocks.last() {

@@ -15,8 +15,8 @@
 //! a worker (with that worker's caches and deques, and continuing along the critical path as
 //! any task does); in a run on its calling thread alone (without an executor, or given one that
 //! it does not use, `run.rs`: a serial graph, short kernels) it wakes that thread, which waits
-//! at the node. The
-//! completing thread does nothing else, so a device's callback thread never runs kernels.
+//! at the node. The completing thread does nothing else, so a device's callback thread never
+//! runs kernels.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -112,10 +112,10 @@ impl KernelCtx<'_> {
     /// and the returned [`Completion`] ends the node when that work is done. Until then the
     /// node's inputs and outputs stay where they are, and the thread runs other nodes (without
     /// an executor the run waits at the node; so does, once, a run that went to its caller
-    /// before any kernel of this op type deferred: `RunOptions::executor`). Everything else about the node is settled when
-    /// the kernel returns: dynamic outputs must be allocated and descriptors set by then. A
-    /// kernel that returns an error after deferring fails the run, which still waits for the
-    /// completion. At most once per call.
+    /// before any kernel of this op type deferred: `RunOptions::executor`). Everything else
+    /// about the node is settled when the kernel returns: dynamic outputs must be allocated and
+    /// descriptors set by then. A kernel that returns an error after deferring fails the run,
+    /// which still waits for the completion. At most once per call.
     pub fn defer(&mut self) -> Result<Completion> {
         if self.deferred.is_some() {
             return err(
@@ -151,8 +151,9 @@ impl PendingNode {
             run: (state as *const RunState<'_>).cast(),
             node,
             // A run on the calling thread alone (without an executor, or given one it does not
-            // use, `run.rs`) waits at the node: its completion wakes it, queues nothing. That caller
-            // runs no other task meanwhile (kernels must not wait on one another, design.md).
+            // use, `run.rs`) waits at the node: its completion wakes it, queues nothing. That
+            // caller runs no other task meanwhile (kernels must not wait on one another,
+            // design.md).
             executor: state
                 .context
                 .executor

@@ -119,10 +119,9 @@ pub struct RunOptions<'a> {
     pub plan: Option<&'a Plan>,
     /// Without a `plan`: use the graph's own, made at the first run that asks (sequential for
     /// runs on their caller alone, scheduled for the executor's threads when the run goes on
-    /// them: see `executor`), so that later runs
-    /// place every static value in one arena. Ignored under a memory limit, which admission
-    /// keeps on the dynamic pool. Not the default: a result keeps the whole arena while it
-    /// holds its outputs.
+    /// them: see `executor`), so that later runs place every static value in one arena.
+    /// Ignored under a memory limit, which admission keeps on the dynamic pool. Not the
+    /// default: a result keeps the whole arena while it holds its outputs.
     pub auto_plan: bool,
     /// Another thread may stop the run with this token: no new node starts, running kernels
     /// finish, every buffer goes back, and the run returns `ErrorKind::Cancelled`.

@@ -197,7 +197,7 @@ impl Priorities {
             output_bytes,
             work_around: std::sync::OnceLock::new(),
             total_work_ns: work.iter().copied().fold(0, u64::saturating_add),
-            operators: (0..n as u32).filter(|&v| !g.is_graph_input(v)).count() as u64,
+            operators: (n - g.graph_inputs().len()) as u64,
             defers: (0..g.op_type_count() as u32).any(|op| g.op_has_deferred(op)),
             unmeasured: (0..n as u32).any(|v| !g.is_graph_input(v) && g.learned_op_ns(g.op_index(v)) == 0),
             weight,
@@ -318,8 +318,8 @@ impl Priorities {
     }
 
     /// Whether learned estimates have moved since these were computed: an op type measured or
-    /// deferring for the first time, or one whose average moved by more than a fifth and by at least
-    /// [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
+    /// deferring for the first time, or one whose average moved by more than a fifth and by at
+    /// least [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
     pub fn is_stale(&self, g: &Graph) -> bool {
         let kinds_moved = self
             .kinds_basis
