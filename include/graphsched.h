@@ -249,7 +249,7 @@ typedef struct gs_tensor {
   // Extent of each dimension; the first `ndim` entries count.
   int64_t dims[8];
   // Step of each dimension, in elements; the first `ndim` entries count. graphsched never
-  // fills these in: 0 unless the producer wrote them.
+  // fills these in: 0 unless the producer wrote them, in this run or an earlier one.
   int64_t strides[8];
 } gs_tensor;
 

@@ -170,7 +170,7 @@ impl RunState<'_> {
     /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
     /// pool memory. `LEAN`: in a run without a plan (`lean.rs`), whose values never live in an arena.
     #[inline(always)]
-    pub(super) fn drop_value<const LEAN: bool>(&self, v: u32, slot_of_thread: Option<usize>) -> bool {
+    pub(super) fn drop_value<const LEAN: bool>(&self, v: u32, cache: Option<&mut BlockCache>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
         let buffer = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
         let bytes = buffer.capacity;
@@ -181,7 +181,7 @@ impl RunState<'_> {
             self.sub_live(bytes as u64);
             return true;
         }
-        match self.cache(slot_of_thread) {
+        match cache {
             // A value with a hint goes back to the pool: its bytes are where the hints of later
             // values need room (see `hints.rs`).
             Some(cache) if bytes <= CACHE_MAX_BYTES && self.hint(v).is_none() => {

@@ -6,6 +6,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
+use super::cache::BlockCache;
 use super::recycle::Step;
 use super::scratch::Scratch;
 use super::state::RunState;
@@ -28,7 +29,10 @@ impl RunState<'_> {
             self.node_failed(node, e);
             return;
         }
-        let finished = catch_unwind(AssertUnwindSafe(|| self.finish_node::<false>(node, step, scratch)));
+        let cache = self.cache(scratch.slot);
+        let finished = catch_unwind(AssertUnwindSafe(|| {
+            self.finish_node::<false>(node, step, cache, scratch)
+        }));
         if let Err(panic) = finished {
             self.failed_after(node, &*panic, scratch);
         }
@@ -52,11 +56,17 @@ impl RunState<'_> {
         self.fail(self.internal_error(node, "after", panic));
     }
 
-    /// After a successful kernel: drop what nobody needs any more, then mark successors. `LEAN`:
-    /// a node on the short path (`lean.rs`), which took no input's buffer over, in a run with
-    /// neither a memory limit nor a plan.
+    /// After a successful kernel: drop what nobody needs any more (small blocks into `cache`, the
+    /// thread's), then mark successors. `LEAN`: a node on the short path (`lean.rs`), which took
+    /// no input's buffer over, in a run with neither a memory limit nor a plan.
     #[inline(always)]
-    pub(super) fn finish_node<const LEAN: bool>(&self, node: u32, step: &Step, scratch: &mut Scratch) {
+    pub(super) fn finish_node<const LEAN: bool>(
+        &self,
+        node: u32,
+        step: &Step,
+        mut cache: Option<&mut BlockCache>,
+        scratch: &mut Scratch,
+    ) {
         super::fault::check(self.graph, node);
         let g = self.graph;
         // Values this node freed, kept only under a memory limit: admission hears of them
@@ -67,7 +77,10 @@ impl RunState<'_> {
             freed.clear();
         }
         for v in step.values().filter(|_| step.unread) {
-            if self.refs[v as usize].load(Ordering::Relaxed) == 0 && self.drop_value::<LEAN>(v, scratch.slot) && gated {
+            if self.refs[v as usize].load(Ordering::Relaxed) == 0
+                && self.drop_value::<LEAN>(v, cache.as_deref_mut())
+                && gated
+            {
                 freed.push(v);
             }
         }
@@ -87,7 +100,7 @@ impl RunState<'_> {
                     }
                     continue;
                 }
-                if self.drop_value::<LEAN>(v, scratch.slot) && gated {
+                if self.drop_value::<LEAN>(v, cache.as_deref_mut()) && gated {
                     freed.push(v);
                 }
             }

@@ -189,10 +189,7 @@ impl RunState<'_> {
                 }
             };
             sanitize::reveal(buffer.ptr.cast(), n);
-            outputs[k] = Slot {
-                tensor: Tensor::new(buffer.ptr, n),
-                buffer,
-            };
+            outputs[k].place(buffer, n);
         }
         Ok(())
     }
@@ -271,12 +268,7 @@ impl RunState<'_> {
             match placed {
                 // The descriptor goes straight into the value's slot, where the kernel fills it
                 // in and the consumers will read it: no copy at the end.
-                Ok(buffer) => {
-                    outputs[k] = Slot {
-                        tensor: Tensor::new(buffer.ptr, buffer.capacity),
-                        buffer,
-                    }
-                }
+                Ok(buffer) => outputs[k].place(buffer, buffer.capacity),
                 Err(e) => {
                     self.unplace(&mut outputs[..k], in_place_output);
                     return Err(self.placement_error(node, v, e));

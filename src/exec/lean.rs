@@ -16,7 +16,6 @@
 //! general path's end at the point it arose, out of line.
 
 use std::cell::Cell;
-use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -26,8 +25,10 @@ use super::pending::{Called, PendingNode};
 use super::recycle::Step;
 use super::scratch::Scratch;
 use super::state::{RunState, Slot};
+use super::stopwatch::Stopwatch;
 use crate::error::Result;
 use crate::kernel::{CKernel, KernelCtx};
+use crate::sched::Sample;
 use crate::tensor::Tensor;
 
 impl RunState<'_> {
@@ -58,10 +59,10 @@ impl RunState<'_> {
         // Set once the kernel's call ended well: a panic after it is in the node's end.
         let called = Cell::new(false);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let pending = self.call_lean(node, step, cache, scratch)?;
+            let pending = self.call_lean::<false>(node, step, cache, scratch)?;
             if pending.is_none() {
                 called.set(true);
-                self.finish_node::<true>(node, step, scratch);
+                self.finish_node::<true>(node, step, Some(cache), scratch);
             }
             Ok(pending)
         }));
@@ -83,9 +84,10 @@ impl RunState<'_> {
     }
 
     /// Places the outputs of `node` from `cache`, calls its kernel and checks what it left.
-    /// `Ok(None)`: the outputs are values. As `run_kernel` otherwise.
+    /// `Ok(None)`: the outputs are values. As `run_kernel` otherwise. `SAMPLE`: the call is one
+    /// the estimates time (`Priorities::should_sample`); a success is learned from.
     #[inline(always)]
-    fn call_lean(
+    pub(super) fn call_lean<const SAMPLE: bool>(
         &self,
         node: u32,
         step: &Step,
@@ -100,9 +102,7 @@ impl RunState<'_> {
         // SAFETY: as in `call_kernel`: every pointer is to the slot of an input whose producer
         // finished before this node became ready, and which nobody writes until it is done.
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
-        // Its only fields with drop glue, the error and the deferred node, are taken out below:
-        // no drop call on the path.
-        let mut ctx = ManuallyDrop::new(KernelCtx {
+        let mut ctx = KernelCtx {
             node,
             name: g.node_name_c(node),
             inputs,
@@ -112,7 +112,10 @@ impl RunState<'_> {
             dynamic: None,
             run: (&self.context as *const super::RunContext<'_>).cast(),
             deferred: None,
-        });
+        };
+        // Timed from just before the call to just after, with the widest loop it ran (a sample
+        // outside any kernel counts from none).
+        let timer = SAMPLE.then(|| (super::parallel::swap_loop_width(0), Stopwatch::start()));
         let returned = match g.c_kernel(node) {
             // The C API's kernels: their function, called directly. It cannot unwind, so no
             // guard, and its return code is its whole result.
@@ -122,14 +125,29 @@ impl RunState<'_> {
                 Returned::Rust(catch_unwind(AssertUnwindSafe(|| kernel(&mut ctx))))
             }
         };
-        let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
-        if returned.succeeded() && deferred.is_none() && check_outputs(g, node, outputs).is_ok() {
-            // A success owns nothing: forgotten, it costs no call to its drop glue. An error
-            // message set by a kernel that then succeeded is not the node's.
+        let timed = timer.map(|(outer, watch)| (watch.elapsed_ns(), super::parallel::swap_loop_width(outer)));
+        // An error message set by a kernel that then succeeded is not the node's.
+        if returned.succeeded() && ctx.deferred.is_none() && check_outputs(g, node, ctx.outputs).is_ok() {
+            if let Some((ns, width)) = timed {
+                g.learn_sample(
+                    node,
+                    Sample {
+                        ns,
+                        thread_ns: None,
+                        width: width.max(1),
+                    },
+                );
+            }
+            // A success owns nothing but, maybe, that message: no call to drop glue otherwise.
             std::mem::forget(returned);
-            drop(detail);
+            if ctx.error.is_some() {
+                drop(ctx.error.take());
+            }
+            std::mem::forget(ctx);
             return Ok(None);
         }
+        let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
+        drop(ctx);
         self.lean_call_ended(node, outputs, returned.outcome(), detail, deferred, scratch)
     }
 

@@ -60,6 +60,7 @@ mod recycle;
 mod reserve;
 mod run;
 mod scratch;
+mod serial;
 mod state;
 mod stopwatch;
 mod window;

@@ -9,7 +9,6 @@ use std::time::Instant;
 use super::cache::release;
 use super::executor::Executor;
 use super::recycle::{give_back_outputs, keep_output_list, take_output_list, RunArrays};
-use super::scratch::Scratch;
 use super::state::{RunState, Slot, StateOptions};
 use super::stopwatch::Stopwatch;
 use crate::error::{err, ErrorKind, Result};
@@ -405,7 +404,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             Some(executor) => {
                 executor.drive(&state, &state.prio.roots);
             }
-            None => in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
+            None => super::serial::in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
         }
         state.flush_caches();
         // Dropping `state` on failure returns every buffer it holds.
@@ -466,35 +465,4 @@ fn spreads(graph: &Graph, prio: &Priorities, executor: &Executor, options: &RunO
     options.memory_limit_bytes > 0
         || options.force_executor
         || (!super::recycle::is_serial(graph) && prio.spreading_pays(executor.threads()))
-}
-
-/// The sequential driver: every operator node in `order` (topological), on the calling thread.
-fn in_order(state: &RunState<'_>, order: &[u32]) {
-    let mut scratch = Scratch {
-        slot: Some(0),
-        ..Scratch::for_caller()
-    };
-    for &node in order {
-        if state.failed() {
-            break;
-        }
-        if state.graph.is_graph_input(node) {
-            continue;
-        }
-        if !state.admit(node) {
-            // Nothing else runs, so nothing will free memory: this fails the run.
-            scratch.ready.clear();
-            state.resolve_stall(&mut scratch.ready);
-            break;
-        }
-        if let Some(pending) = state.execute(node, &mut scratch) {
-            // Nothing else runs meanwhile: wait here for the completion, then end the node.
-            if !pending.kernel_arrives() {
-                pending.wait();
-            }
-            state.end_pending(&pending, &mut scratch);
-        }
-    }
-    state.flush(&mut scratch);
-    scratch.keep_for_caller();
 }

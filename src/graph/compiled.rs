@@ -197,7 +197,7 @@ impl Graph {
 
     /// The C function the kernel of `node` calls, if it is one: the same call as `kernel`'s,
     /// without the closure around it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn c_kernel(&self, node: u32) -> Option<&CKernel> {
         self.nodes.c_kernels[node as usize].as_ref()
     }

@@ -1,0 +1,133 @@
+//! The sequential driver: a run on its caller alone (no executor, or threads the graph would not
+//! pay for, `spread.rs`) executes its operator nodes in a topological order fixed beforehand,
+//! each one ending before the next starts.
+//!
+//! Most nodes of most such runs go in lean stretches: in a lean run (`lean.rs`), the nodes that
+//! take the short path, one after the other in one loop. What the general path asks of every
+//! node the stretch asks once: the run is lean and sequential (its thread's block cache at hand,
+//! no memory limit to admit against), has no deadline to read the clock for, and no test armed
+//! a fault (`fault.rs`), which the short path's end would not catch. A node off the short path
+//! (not plain, or one the estimates time), or one that did not simply succeed (it failed or
+//! deferred its end), ends the stretch: the general path takes the first, the stretch ends the
+//! second as `execute` would, and the next stretch starts after it.
+
+use std::sync::Arc;
+
+use super::cache::BlockCache;
+use super::pending::PendingNode;
+use super::recycle::Step;
+use super::scratch::Scratch;
+use super::state::RunState;
+use crate::error::Result;
+
+/// Executes every operator node of `order` (topological) on the calling thread.
+pub(super) fn in_order(state: &RunState<'_>, order: &[u32]) {
+    let mut scratch = Scratch {
+        slot: Some(0),
+        ..Scratch::for_caller()
+    };
+    let mut at = 0;
+    while at < order.len() {
+        at += state.lean_stretch(&order[at..], &mut scratch);
+        let Some(&node) = order.get(at) else { break };
+        at += 1;
+        if state.failed() {
+            break;
+        }
+        if state.graph.is_graph_input(node) {
+            continue;
+        }
+        if !state.admit(node) {
+            // Nothing else runs, so nothing will free memory: this fails the run.
+            scratch.ready.clear();
+            state.resolve_stall(&mut scratch.ready);
+            break;
+        }
+        if let Some(pending) = state.execute(node, &mut scratch) {
+            state.await_pending(&pending, &mut scratch);
+        }
+    }
+    state.flush(&mut scratch);
+    scratch.keep_for_caller();
+}
+
+impl RunState<'_> {
+    /// Executes the nodes of `order` from its start while each can take the short path (module
+    /// docs); returns how many of them it took, graph inputs passed over included. The node at
+    /// that index, if any, is the general path's.
+    fn lean_stretch(&self, order: &[u32], scratch: &mut Scratch) -> usize {
+        if !(self.lean && self.sequential) || self.deadline.is_some() || super::fault::armed() {
+            return 0;
+        }
+        let Some(cache) = self.cache(scratch.slot) else {
+            return 0;
+        };
+        let (g, steps, hinted_run) = (self.graph, self.steps, self.hints.is_some());
+        for (at, &node) in order.iter().enumerate() {
+            let step = &steps[node as usize];
+            let off_path = !step.plain || (step.hinted && hinted_run);
+            // Without a deadline, only a cancellation stops the run: one load, not a call.
+            let cancelled = self.cancel.is_some_and(|c| c.is_cancelled());
+            if off_path || self.failed() || (cancelled && self.stopped()) {
+                if g.is_graph_input(node) {
+                    continue;
+                }
+                return at;
+            }
+            scratch.executed += 1;
+            let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
+            self.add_live(self.prio.output_bytes[node as usize], &mut scratch.counts.peak_live);
+            if sample {
+                if !self.lean_sampled(node, step, cache, scratch) {
+                    return at + 1;
+                }
+                continue;
+            }
+            match self.call_lean::<false>(node, step, cache, scratch) {
+                Ok(None) => self.finish_node::<true>(node, step, Some(&mut *cache), scratch),
+                outcome => {
+                    self.stretch_broken(node, outcome, scratch);
+                    return at + 1;
+                }
+            }
+        }
+        order.len()
+    }
+
+    /// A node of a lean stretch whose call the estimates time: out of line, off the path of the
+    /// others. Whether it simply succeeded (the stretch goes on).
+    #[inline(never)]
+    fn lean_sampled(&self, node: u32, step: &Step, cache: &mut BlockCache, scratch: &mut Scratch) -> bool {
+        match self.call_lean::<true>(node, step, cache, scratch) {
+            Ok(None) => {
+                self.finish_node::<true>(node, step, Some(cache), scratch);
+                true
+            }
+            outcome => {
+                self.stretch_broken(node, outcome, scratch);
+                false
+            }
+        }
+    }
+
+    /// A node of a lean stretch that did not simply succeed: a failure is the run's, a node
+    /// whose kernel deferred its end is waited for and ended.
+    #[cold]
+    #[inline(never)]
+    fn stretch_broken(&self, node: u32, outcome: Result<Option<Arc<PendingNode>>>, scratch: &mut Scratch) {
+        match outcome {
+            Ok(Some(pending)) => self.await_pending(&pending, scratch),
+            Ok(None) => {}
+            Err(e) => self.node_failed(node, e),
+        }
+    }
+
+    /// A node whose kernel deferred its end, in a sequential run: nothing else runs meanwhile,
+    /// so its completion is waited for here, then the node ends.
+    fn await_pending(&self, pending: &PendingNode, scratch: &mut Scratch) {
+        if !pending.kernel_arrives() {
+            pending.wait();
+        }
+        self.end_pending(pending, scratch);
+    }
+}
