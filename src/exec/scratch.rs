@@ -51,8 +51,9 @@ pub(super) struct Scratch {
 
 thread_local! {
     /// The scratch of the runs this thread calls, kept between them (a run it calls from inside
-    /// a kernel finds none and makes its own).
-    static CALLER_SCRATCH: std::cell::Cell<Option<Scratch>> = const { std::cell::Cell::new(None) };
+    /// a kernel finds none and makes its own). Boxed: a run takes and gives back a pointer, not
+    /// the whole record.
+    static CALLER_SCRATCH: std::cell::Cell<Option<Box<Scratch>>> = const { std::cell::Cell::new(None) };
     /// This thread's track in traces and observations: a worker's index + 1, set when it starts;
     /// 0 for any other thread. A worker that calls a nested run keeps its own track there.
     pub(super) static TRACK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -60,42 +61,31 @@ thread_local! {
 
 impl Scratch {
     /// Scratch for a run this thread calls: the one its last run left, emptied, else new.
-    pub(super) fn for_caller() -> Scratch {
+    pub(super) fn for_caller() -> Box<Scratch> {
         // While the thread's storage is being torn down (a run from a thread-exit destructor),
         // there is none to keep: a fresh scratch.
-        let kept = CALLER_SCRATCH.try_with(|c| c.take()).ok().flatten().unwrap_or_default();
-        let Scratch {
-            mut ready,
-            mut admitted,
-            mut freed,
-            executed,
-            run_start,
-            ..
-        } = kept;
+        let mut s = CALLER_SCRATCH.try_with(|c| c.take()).ok().flatten().unwrap_or_default();
         // Sampling times one node in a period (a power of two) of those a thread executes,
         // counting across runs. With `n` nodes a run in a fixed order, the count advances by `n`
         // each run, and only the positions at multiples of gcd(n, period) would ever be timed
         // again; an odd advance visits every position, one run in a period each. So a run of an
-        // even number of nodes counts one more.
-        let executed = executed + ((executed - run_start + 1) & 1);
-        ready.clear();
-        admitted.clear();
-        freed.clear();
-        Scratch {
-            ready,
-            admitted,
-            freed,
-            // Sampling goes on counting across runs: a graph of fewer nodes than the sampling
-            // period run by the same thread would otherwise never be timed again.
-            executed,
-            run_start: executed,
-            thread: TRACK.try_with(|t| t.get()).unwrap_or(0),
-            ..Default::default()
-        }
+        // even number of nodes counts one more. The count goes on across runs: a graph of fewer
+        // nodes than the sampling period run by the same thread would otherwise never be timed
+        // again.
+        let executed = s.executed + ((s.executed - s.run_start + 1) & 1);
+        s.ready.clear();
+        s.admitted.clear();
+        s.freed.clear();
+        s.counts = Counts::default();
+        (s.executed, s.run_start) = (executed, executed);
+        s.slot = None;
+        s.thread = TRACK.try_with(|t| t.get()).unwrap_or(0);
+        s.taken = None;
+        s
     }
 
     /// Keeps this scratch for the thread's next run.
-    pub(super) fn keep_for_caller(self) {
+    pub(super) fn keep_for_caller(self: Box<Self>) {
         let _ = CALLER_SCRATCH.try_with(|c| c.set(Some(self)));
     }
 }

@@ -22,10 +22,8 @@ use crate::error::Result;
 
 /// Executes every operator node of `order` (topological) on the calling thread.
 pub(super) fn in_order(state: &RunState<'_>, order: &[u32]) {
-    let mut scratch = Scratch {
-        slot: Some(0),
-        ..Scratch::for_caller()
-    };
+    let mut scratch = Scratch::for_caller();
+    scratch.slot = Some(0);
     let mut at = 0;
     while at < order.len() {
         at += state.lean_stretch(&order[at..], &mut scratch);
