@@ -259,7 +259,7 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
 }
 
 /// Empties a slot whose value is gone and returns the buffer it held. Only the two pointers are
-/// reset, which is what marks a slot empty (see `bind` and `Drop`): the rest of the 176-byte
+/// reset, which is what marks a slot empty (see `bind` and `Drop`): the rest of the 192-byte
 /// slot is rewritten whole before anyone reads it again.
 pub(super) fn empty_slot(slot: &mut Slot) -> Buffer {
     slot.tensor.data = std::ptr::null_mut();

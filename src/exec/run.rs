@@ -280,7 +280,7 @@ impl Drop for RunResult {
     fn drop(&mut self) {
         let arena = std::mem::replace(&mut self.arena, Buffer::NONE);
         let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
-        // Read in place (a slot is 176 bytes, `Copy`: nothing to drop), then cleared: small
+        // Read in place (a slot is 192 bytes, `Copy`: nothing to drop), then cleared: small
         // ones wait for the graph's next run, the rest go back to the pool under one lock.
         let outputs = self
             .outputs

@@ -388,7 +388,7 @@ impl<'r> RunState<'r> {
     pub fn take_slot(&mut self, value: u32) -> Slot {
         let slot = self.slots[value as usize].get_mut();
         let taken = *slot;
-        // Empty by its two pointers (`cache::empty_slot`): not a rewrite of all 176 bytes.
+        // Empty by its two pointers (`cache::empty_slot`): not a rewrite of all 192 bytes.
         super::cache::empty_slot(slot);
         taken
     }
