@@ -151,7 +151,7 @@ impl RunState<'_> {
         let plain = step.plain && self.plain_run && !(step.hinted && self.hints.is_some());
         let placed = match self.cache(scratch.slot) {
             Some(cache) if plain => self
-                .place_plain(node, first, outputs, &mut scratch.counts.acquires, cache)
+                .place_plain(node, step, outputs, &mut scratch.counts.acquires, cache)
                 .map(|()| None),
             _ => self.place_outputs(node, first, outputs, scratch),
         };
@@ -169,15 +169,18 @@ impl RunState<'_> {
     pub(super) fn place_plain(
         &self,
         node: u32,
-        first: u32,
+        step: &Step,
         outputs: &mut [Slot],
         acquires: &mut u64,
         cache: &mut BlockCache,
     ) -> Result<()> {
         for k in 0..outputs.len() {
-            let v = first + k as u32;
-            // Plain outputs are statically sized.
-            let n = self.graph.value_size(v).bytes().unwrap_or(0);
+            let v = step.first + k as u32;
+            // Plain outputs are statically sized; the first one's size is in the record.
+            let n = match k {
+                0 => step.first_bytes as usize,
+                _ => self.graph.value_size(v).bytes().unwrap_or(0),
+            };
             let buffer = match self.take_cached(cache, n) {
                 Ok((buffer, refills)) => {
                     *acquires += refills;

@@ -97,7 +97,7 @@ impl RunState<'_> {
         let g = self.graph;
         // SAFETY: this thread executes the node whose outputs these are.
         let outputs = unsafe { self.output_slots(step.values()) };
-        self.place_plain(node, step.first, outputs, &mut scratch.counts.acquires, cache)?;
+        self.place_plain(node, step, outputs, &mut scratch.counts.acquires, cache)?;
         let inputs = &self.inputs[step.inputs()];
         // SAFETY: as in `call_kernel`: every pointer is to the slot of an input whose producer
         // finished before this node became ready, and which nobody writes until it is done.
@@ -116,7 +116,7 @@ impl RunState<'_> {
         // Timed from just before the call to just after, with the widest loop it ran (a sample
         // outside any kernel counts from none).
         let timer = SAMPLE.then(|| (super::parallel::swap_loop_width(0), Stopwatch::start()));
-        let returned = match g.c_kernel(node) {
+        let returned = match &step.c_kernel {
             // The C API's kernels: their function, called directly. It cannot unwind, so no
             // guard, and its return code is its whole result.
             Some(c) => Returned::C(c.call_raw(&mut ctx)),

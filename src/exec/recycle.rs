@@ -20,7 +20,7 @@ use super::hints::{HintCache, HINT_MIN_BYTES};
 use super::reserve::Reserve;
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
-use crate::kernel::Buffer;
+use crate::kernel::{Buffer, CKernel};
 use crate::pool::Pool;
 use crate::sched::Priorities;
 use crate::tensor::Tensor;
@@ -210,6 +210,12 @@ pub(super) struct Step {
     /// One of its outputs is large enough for a hint (`Hints`): the short path, which takes
     /// every block from the thread's cache, is not for it in a run with hints.
     pub hinted: bool,
+    /// The size of its first output if it is plain (what the short path hands out, read here
+    /// rather than from the graph's sizes).
+    pub first_bytes: u32,
+    /// Its kernel's C function, if it is one (as `Graph::c_kernel`): the short path calls it
+    /// from this record.
+    pub c_kernel: Option<CKernel>,
 }
 
 impl Step {
@@ -268,6 +274,11 @@ fn bin(graph: &Graph) -> &Bin {
             hinted: values
                 .clone()
                 .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),
+            first_bytes: match values.start < values.end {
+                true => graph.value_size(values.start).bytes().unwrap_or(0).min(CACHE_MAX_BYTES) as u32,
+                false => 0,
+            },
+            c_kernel: graph.c_kernel(node).copied(),
         }
     };
     graph.annex(Annex::Runs, || Bin {
