@@ -29,7 +29,7 @@
 //! assert_eq!(r.output_bytes(ValueRef::new(sum, 0)).unwrap(), &[6]);
 //! ```
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CStr, CString};
 
 use crate::error::{err, ErrorKind, Result};
 use crate::tensor::{Tensor, ALIGNMENT};
@@ -71,7 +71,8 @@ pub(crate) trait DynamicOutputs {
 /// A context lives for one kernel call on one thread; it is neither `Send` nor `Sync`.
 pub struct KernelCtx<'a> {
     pub(crate) node: u32,
-    pub(crate) name: &'a CStr,
+    /// Every node's name, by node id (read only when asked: not a load per call).
+    pub(crate) names: &'a [CString],
     pub(crate) inputs: &'a [&'a Tensor],
     /// The node's output slots: each a descriptor the kernel may edit and the buffer the run
     /// handed out, which it cannot move.
@@ -97,12 +98,12 @@ impl KernelCtx<'_> {
 
     /// The node's name, as given to the builder.
     pub fn node_name(&self) -> &str {
-        self.name.to_str().expect("names are UTF-8")
+        self.node_name_c().to_str().expect("names are UTF-8")
     }
 
     /// The node's name as a C string, for the C API.
     pub(crate) fn node_name_c(&self) -> &CStr {
-        self.name
+        &self.names[self.node as usize]
     }
 
     /// Number of inputs of the node, one per input slot.
@@ -147,8 +148,8 @@ impl KernelCtx<'_> {
     /// Allocates dynamic output `i` with its real size (0 is allowed: an empty output), from the
     /// run's pool. Sets the descriptor's data and nbytes and keeps its dtype and shape.
     pub fn alloc_output(&mut self, i: usize, nbytes: usize) -> Result<&mut Tensor> {
-        let name: &CStr = self.name;
-        let name = name.to_str().expect("names are UTF-8");
+        let names = self.names;
+        let name = names[self.node as usize].to_str().expect("names are UTF-8");
         if i >= self.outputs.len() {
             return err(
                 ErrorKind::InvalidArgument,

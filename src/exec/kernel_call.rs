@@ -314,7 +314,7 @@ impl RunState<'_> {
         });
         let mut ctx = KernelCtx {
             node,
-            name: g.node_name_c(node),
+            names: g.node_names_c(),
             inputs,
             outputs: &mut *outputs,
             error: None,
@@ -324,7 +324,7 @@ impl RunState<'_> {
             deferred: None,
         };
         scratch.executed += 1;
-        let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
+        let sample = self.learn && self.prio.should_sample(g, step.op, scratch.executed);
         if let Some(observer) = self.observer {
             let at = self.observation(node, scratch.thread, Instant::now(), None);
             // An observer's panic must not fail the node or reach a worker.

@@ -32,15 +32,15 @@ use crate::sched::Sample;
 use crate::tensor::Tensor;
 
 impl RunState<'_> {
-    /// The thread's block cache, if `node` takes the short path now (module docs): not if this
+    /// The thread's block cache, if the node of `step` takes the short path now (module docs): not if this
     /// call, the thread's next (`Scratch::executed + 1`), is one the estimates time.
     #[inline(always)]
-    pub(super) fn lean_cache(&self, node: u32, step: &Step, scratch: &Scratch) -> Option<&mut BlockCache> {
+    pub(super) fn lean_cache(&self, step: &Step, scratch: &Scratch) -> Option<&mut BlockCache> {
         if !(self.lean && step.plain) || (step.hinted && self.hints.is_some()) {
             return None;
         }
         let cache = self.cache(scratch.slot)?;
-        let sampled = self.learn && self.prio.should_sample(self.graph, node, scratch.executed + 1);
+        let sampled = self.learn && self.prio.should_sample(self.graph, step.op, scratch.executed + 1);
         (!sampled).then_some(cache)
     }
 
@@ -104,7 +104,7 @@ impl RunState<'_> {
         let inputs: &[&Tensor] = unsafe { std::slice::from_raw_parts(inputs.as_ptr().cast(), inputs.len()) };
         let mut ctx = KernelCtx {
             node,
-            name: g.node_name_c(node),
+            names: g.node_names_c(),
             inputs,
             outputs: &mut *outputs,
             error: None,

@@ -216,6 +216,8 @@ pub(super) struct Step {
     /// Its kernel's C function, if it is one (as `Graph::c_kernel`): the short path calls it
     /// from this record.
     pub c_kernel: Option<CKernel>,
+    /// Its op type (`Graph::op_index`), which decides whether a call is timed.
+    pub op: u32,
 }
 
 impl Step {
@@ -279,6 +281,7 @@ fn bin(graph: &Graph) -> &Bin {
                 false => 0,
             },
             c_kernel: graph.c_kernel(node).copied(),
+            op: graph.op_index(node),
         }
     };
     graph.annex(Annex::Runs, || Bin {

@@ -73,7 +73,7 @@ impl RunState<'_> {
                 return at;
             }
             scratch.executed += 1;
-            let sample = self.learn && self.prio.should_sample(g, node, scratch.executed);
+            let sample = self.learn && self.prio.should_sample(g, step.op, scratch.executed);
             self.add_live(self.prio.output_bytes[node as usize], &mut scratch.counts.peak_live);
             if sample {
                 if !self.lean_sampled(node, step, cache, scratch) {

@@ -466,7 +466,7 @@ impl<'r> RunState<'r> {
         }
         // By reference: a copy of the record costs more than the reads it saves.
         let step = &self.steps[node as usize];
-        match self.lean_cache(node, step, scratch) {
+        match self.lean_cache(step, scratch) {
             Some(cache) => self.execute_lean(node, step, cache, scratch),
             None => self.execute_general(node, step, scratch),
         }

@@ -4,7 +4,7 @@
 //! Immutable once built, except for the slots the layers above keep state in ([`Graph::annex`]).
 
 use std::any::Any;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -163,6 +163,11 @@ impl Graph {
     /// The name as a C string, living as long as the graph (the C API hands it out).
     pub fn node_name_c(&self, node: u32) -> &CStr {
         &self.nodes.names[node as usize]
+    }
+
+    /// Every node's name, by node id.
+    pub(crate) fn node_names_c(&self) -> &[CString] {
+        &self.nodes.names
     }
 
     /// Op type of a node; empty for graph inputs.

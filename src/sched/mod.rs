@@ -299,13 +299,12 @@ impl Priorities {
     }
 
     /// Whether a thread of a run on these priorities that has executed `executed` nodes should
-    /// time `node`: every node of an op type not measured yet, then one node in
+    /// time a node of op type `op` (`Graph::op_index`): every node of an op type not measured yet, then one node in
     /// [`SAMPLE_EVERY`], or in [`SAMPLE_EVERY_CHEAP`] for op types cheaper than
     /// [`CHEAP_OP_NS`](estimates::CHEAP_OP_NS) when these priorities were computed. An op type
     /// measured before then costs one array read: an average never returns to 0.
     #[inline]
-    pub fn should_sample(&self, g: &Graph, node: u32, executed: u64) -> bool {
-        let op = g.op_index(node);
+    pub fn should_sample(&self, g: &Graph, op: u32, executed: u64) -> bool {
         let basis = self.basis.get(op as usize).copied().unwrap_or(0);
         if basis == 0 && g.learned_op_ns(op) == 0 {
             return true;
