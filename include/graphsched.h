@@ -249,7 +249,8 @@ typedef struct gs_tensor {
   // Extent of each dimension; the first `ndim` entries count.
   int64_t dims[8];
   // Step of each dimension, in elements; the first `ndim` entries count. graphsched never
-  // fills these in: 0 unless the producer wrote them, in this run or an earlier one.
+  // fills these in: 0 unless the producer wrote them (it clears them, with `dims`, where an
+  // earlier run left `ndim` set: a producer that writes strides sets `ndim`).
   int64_t strides[8];
 } gs_tensor;
 

@@ -269,12 +269,16 @@ static_assertions::const_assert_eq!(std::mem::size_of::<Slot>(), 192);
 static_assertions::const_assert!(std::mem::offset_of!(Slot, tensor) + 24 <= 64);
 
 impl Slot {
-    /// Hands `buffer` to the value as its producer's output of `nbytes`, with no shape: `dims`
-    /// and `strides` are left as they are (see `Tensor`), which spares a steady run rewriting
-    /// 128 bytes of every value.
+    /// Hands `buffer` to the value as its producer's output of `nbytes`, with no shape. `dims`
+    /// and `strides` are cleared only if an earlier run left a shape (`ndim` not 0): a value
+    /// that never has one (the empty kernels of a benchmark) costs no write of its 128 bytes,
+    /// nor of the lines they are on.
     #[inline(always)]
     pub fn place(&mut self, buffer: Buffer, nbytes: usize) {
         let t = &mut self.tensor;
+        if t.ndim != 0 {
+            (t.dims, t.strides) = ([0; crate::tensor::MAX_DIMS], [0; crate::tensor::MAX_DIMS]);
+        }
         (t.data, t.nbytes, t.dtype, t.ndim) = (buffer.ptr, nbytes, 0, 0);
         self.buffer = buffer;
     }

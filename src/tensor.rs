@@ -3,11 +3,11 @@
 //!
 //! A [`Tensor`] is a plain `repr(C)` value (the C `gs_tensor`) that borrows its bytes: it never
 //! owns or frees `data`, and copying it copies the pointer. Before a kernel runs, each static
-//! output's descriptor holds its buffer and the declared size, with no shape: `dtype` and
-//! `ndim` 0 (a dynamic one is empty until the kernel allocates it). The entries of `dims` and
-//! `strides` are not cleared (128 bytes a value, every run): only the first `ndim` count, and
-//! the others hold what this output's producer left there in an earlier run, or 0. The kernel
-//! may set `dtype`, `ndim`, `dims` and `strides`, and lower `nbytes`. After the kernel the run checks that `data` is unchanged,
+//! output's descriptor holds its buffer and the declared size, with no shape: `dtype`, `ndim`,
+//! `dims` and `strides` 0 (a dynamic one is empty until the kernel allocates it). To spare a
+//! steady run writing 128 bytes of every value, `dims` and `strides` are cleared only where an
+//! earlier run left a shape (`ndim` not 0): a producer that writes `strides` sets `ndim`. The
+//! kernel may set `dtype`, `ndim`, `dims` and `strides`, and lower `nbytes`. After the kernel the run checks that `data` is unchanged,
 //! `nbytes` fits the buffer and `ndim` is in `0..=MAX_DIMS` (else `KernelFailed`), then hands
 //! the descriptor as it is to every consumer and, for a graph output, to the result.
 //!
@@ -64,7 +64,8 @@ pub struct Tensor {
     /// Extent of each dimension; the first `ndim` entries count.
     pub dims: [i64; 8],
     /// Step of each dimension, in elements; the first `ndim` entries count. graphsched never
-    /// fills these in: 0 unless the producer wrote them, in this run or an earlier one.
+    /// fills these in: 0 unless the producer wrote them (it clears them, with `dims`, where an
+    /// earlier run left `ndim` set: a producer that writes strides sets `ndim`).
     pub strides: [i64; 8],
 }
 

@@ -102,7 +102,9 @@ impl RunState<'_> {
     pub(super) fn cache(&self, slot: Option<usize>) -> Option<&mut BlockCache> {
         let cell = self.caches.get(slot?)?;
         // SAFETY: a slot belongs to one thread while the run goes on (see `caches`), and this
-        // borrow ends before that thread borrows it again.
+        // borrow ends before that thread borrows it again: a caller holding one across calls
+        // that may look the cache up (a node's end on the general path) holds it as a local,
+        // used no more after them, and passes it down where it is needed (`finish_node`).
         Some(unsafe { &mut *cell.get() })
     }
 
@@ -260,7 +262,7 @@ pub(super) fn release(pool: &Pool, buffer: Buffer) {
 
 /// Empties a slot whose value is gone and returns the buffer it held. Only the two pointers are
 /// reset, which is what marks a slot empty (see `bind` and `Drop`): the rest of the 192-byte
-/// slot is rewritten whole before anyone reads it again.
+/// slot is rewritten by the binding or the producer's placement before anyone reads it again.
 pub(super) fn empty_slot(slot: &mut Slot) -> Buffer {
     slot.tensor.data = std::ptr::null_mut();
     std::mem::replace(&mut slot.buffer, Buffer::NONE)

@@ -22,11 +22,6 @@ pub fn panic_after_node(name: Option<&str>) {
     ARMED.store(name.is_some(), Ordering::Release);
 }
 
-/// Whether a test armed a fault.
-pub(super) fn armed() -> bool {
-    ARMED.load(Ordering::Relaxed)
-}
-
 /// Panics if a test armed a fault for this node.
 #[inline]
 pub(super) fn check(graph: &Graph, node: u32) {

@@ -109,7 +109,7 @@ impl RunState<'_> {
         if gated && !scratch.freed.is_empty() {
             self.readmit(&mut scratch.admitted, &scratch.freed);
         }
-        // A sequential run goes in an order fixed beforehand (`run::in_order`): nobody waits for
+        // A sequential run goes in an order fixed beforehand (`serial::in_order`): nobody waits for
         // its nodes to become ready.
         if self.sequential {
             return;

@@ -181,6 +181,7 @@ impl RunState<'_> {
                 0 => step.first_bytes as usize,
                 _ => self.graph.value_size(v).bytes().unwrap_or(0),
             };
+            debug_assert_eq!(Some(n), self.graph.value_size(v).bytes(), "a plain node's record");
             let buffer = match self.take_cached(cache, n) {
                 Ok((buffer, refills)) => {
                     *acquires += refills;
@@ -324,7 +325,7 @@ impl RunState<'_> {
             deferred: None,
         };
         scratch.executed += 1;
-        let sample = self.learn && self.prio.should_sample(g, step.op, scratch.executed);
+        let sample = self.learn && self.prio.should_sample_op(g, step.op, scratch.executed);
         if let Some(observer) = self.observer {
             let at = self.observation(node, scratch.thread, Instant::now(), None);
             // An observer's panic must not fail the node or reach a worker.

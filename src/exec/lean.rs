@@ -4,20 +4,24 @@
 //! kernel called and its values released: no memory limit and no red zones (so its threads have
 //! block caches), no static plan, no trace, no observer. A node takes the short path in a lean
 //! run when it is plain (`Step::plain`: small static outputs, none in place, none cleared, none
-//! given a hint), its thread has a cache, and this call is not one the learned estimates time.
+//! given a hint) and its thread has a cache. On an executor's threads (`execute_lean`), not for
+//! a call the learned estimates time; the sequential driver (`serial.rs`) times such calls on
+//! the short path too (`call_lean::<true>`).
 //!
 //! The short path does what the general one (`RunState::execute_general`, `run_kernel`) does for
 //! such a node, with everything that cannot arise left out: its output blocks come from the
 //! thread's cache, the kernel is called (a Rust kernel behind its own panic guard; a C API
 //! kernel straight through its function, which cannot unwind), its descriptors are checked, and
-//! the node ends (`finish_node`) under the same guard as the rest, which knows from a flag
-//! whether the panic it caught came before the kernel's end or after. Whatever is not a plain success (a failed,
-//! panicking or deferring kernel, a broken descriptor, a refill the pool refused) goes to the
-//! general path's end at the point it arose, out of line.
+//! the node ends (`finish_node`) under the same guard as the rest (one per node here, one per
+//! stretch in `serial.rs`), which knows from a flag whether the panic it caught came before the
+//! kernel's end or after. Whatever is not a plain success (a failed, panicking or deferring
+//! kernel, a broken descriptor, a refill the pool refused) goes to the general path's end at the
+//! point it arose, out of line.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::cache::BlockCache;
 use super::conclude::check_outputs;
@@ -40,7 +44,7 @@ impl RunState<'_> {
             return None;
         }
         let cache = self.cache(scratch.slot)?;
-        let sampled = self.learn && self.prio.should_sample(self.graph, step.op, scratch.executed + 1);
+        let sampled = self.learn && self.prio.should_sample_op(self.graph, step.op, scratch.executed + 1);
         (!sampled).then_some(cache)
     }
 
@@ -85,7 +89,7 @@ impl RunState<'_> {
 
     /// Places the outputs of `node` from `cache`, calls its kernel and checks what it left.
     /// `Ok(None)`: the outputs are values. As `run_kernel` otherwise. `SAMPLE`: the call is one
-    /// the estimates time (`Priorities::should_sample`); a success is learned from.
+    /// the estimates time (`Priorities::should_sample_op`); a success is learned from.
     #[inline(always)]
     pub(super) fn call_lean<const SAMPLE: bool>(
         &self,
@@ -148,11 +152,13 @@ impl RunState<'_> {
         }
         let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
         drop(ctx);
-        self.lean_call_ended(node, outputs, returned.outcome(), detail, deferred, scratch)
+        self.lean_call_ended(node, outputs, returned.outcome(), (detail, deferred), timed, scratch)
     }
 
     /// A kernel call on the short path that was not a plain success: ended as the general path
-    /// ends any call.
+    /// ends any call. `timed`: the call's duration and widest loop, if the estimates time it;
+    /// they learn from it as from the general path's timed calls (a deferred one at its
+    /// completion), its start put that long before now.
     #[cold]
     #[inline(never)]
     fn lean_call_ended(
@@ -160,19 +166,23 @@ impl RunState<'_> {
         node: u32,
         outputs: &mut [Slot],
         outcome: std::thread::Result<std::result::Result<(), String>>,
-        detail: Option<String>,
-        deferred: Option<Arc<dyn std::any::Any + Send + Sync>>,
+        (detail, deferred): (Option<String>, Option<Arc<dyn std::any::Any + Send + Sync>>),
+        timed: Option<(u64, u32)>,
         scratch: &mut Scratch,
     ) -> Result<Option<Arc<PendingNode>>> {
         let failure = self.call_failure(node, outcome, detail, None);
         let thread = scratch.thread;
+        let returned = timed.map(|_| Instant::now());
+        let start = timed
+            .zip(returned)
+            .and_then(|((ns, _), at)| at.checked_sub(Duration::from_nanos(ns)));
         let called = move || Called {
             failure,
             thread,
-            start: None,
-            returned: None,
-            sample: false,
-            width: 1,
+            start,
+            returned,
+            sample: timed.is_some(),
+            width: timed.map_or(1, |(_, width)| width.max(1)),
             reserved_dynamic: 0,
             allocated: 0,
             in_place_output: None,

@@ -3,9 +3,10 @@
 //! (a value's slot alone is 192 bytes: 19 MB for a graph of 100,000 values).
 //!
 //! Invariant: arrays in the bin have every slot empty — its data and buffer pointers NULL, the
-//! rest stale and rewritten whole by the binding or the producer before anyone reads it (the
-//! run that held them took each value out, see `RunState`'s `Drop`) — so reuse only resets the
-//! counters, from the graph's templates.
+//! rest stale until the binding rewrites it whole or its producer's placement (`Slot::place`)
+//! rewrites its head and clears a shape left behind, before anyone reads it (the run that held
+//! them took each value out, see `RunState`'s `Drop`) — so reuse only resets the counters, from
+//! the graph's templates.
 
 use std::cell::{Cell, UnsafeCell};
 use std::ops::Range;
@@ -210,8 +211,8 @@ pub(super) struct Step {
     /// One of its outputs is large enough for a hint (`Hints`): the short path, which takes
     /// every block from the thread's cache, is not for it in a run with hints.
     pub hinted: bool,
-    /// The size of its first output if it is plain (what the short path hands out, read here
-    /// rather than from the graph's sizes).
+    /// The size of its first output if the node is plain, else 0 (what the short path hands
+    /// out, read here rather than from the graph's sizes).
     pub first_bytes: u32,
     /// Its kernel's C function, if it is one (as `Graph::c_kernel`): the short path calls it
     /// from this record.
@@ -259,25 +260,27 @@ fn bin(graph: &Graph) -> &Bin {
     let step = |node: u32| {
         let values = graph.node_values(node);
         let inputs = graph.node_input_range(node);
+        let plain = !graph.is_graph_input(node)
+            && graph.in_place(node).is_none()
+            && !graph.zero_output(node)
+            && values
+                .clone()
+                .all(|v| graph.value_size(v).bytes().is_some_and(|n| n <= CACHE_MAX_BYTES));
         Step {
             first: values.start,
             outputs: values.len() as u32,
             input_start: inputs.start as u32,
             input_end: inputs.end as u32,
-            plain: !graph.is_graph_input(node)
-                && graph.in_place(node).is_none()
-                && !graph.zero_output(node)
-                && values
-                    .clone()
-                    .all(|v| graph.value_size(v).bytes().is_some_and(|n| n <= CACHE_MAX_BYTES)),
+            plain,
             unread: values
                 .clone()
                 .any(|v| graph.consumers(v) == 0 && !graph.is_graph_output(v)),
             hinted: values
                 .clone()
                 .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),
-            first_bytes: match values.start < values.end {
-                true => graph.value_size(values.start).bytes().unwrap_or(0).min(CACHE_MAX_BYTES) as u32,
+            // Plain outputs are at most `CACHE_MAX_BYTES`: a u32.
+            first_bytes: match values.start < values.end && plain {
+                true => graph.value_size(values.start).bytes().unwrap_or(0) as u32,
                 false => 0,
             },
             c_kernel: graph.c_kernel(node).copied(),

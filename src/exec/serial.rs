@@ -3,14 +3,17 @@
 //! each one ending before the next starts.
 //!
 //! Most nodes of most such runs go in lean stretches: in a lean run (`lean.rs`), the nodes that
-//! take the short path, one after the other in one loop. What the general path asks of every
-//! node the stretch asks once: the run is lean and sequential (its thread's block cache at hand,
-//! no memory limit to admit against), has no deadline to read the clock for, and no test armed
-//! a fault (`fault.rs`), which the short path's end would not catch. A node off the short path
-//! (not plain, or one the estimates time), or one that did not simply succeed (it failed or
-//! deferred its end), ends the stretch: the general path takes the first, the stretch ends the
-//! second as `execute` would, and the next stretch starts after it.
+//! take the short path, one after the other in one loop under one panic guard. What the general
+//! path asks of every node the stretch asks once: the run is lean and sequential (its thread's
+//! block cache at hand, no memory limit to admit against) and has no deadline to read the clock
+//! for. A call the estimates time stays in the stretch: timed with the run's stopwatch
+//! (`stopwatch.rs`) and learned from. A node off the short path ends the stretch and takes the
+//! general path (`RunState::execute`); a node that did not simply succeed (it failed or
+//! deferred its end) is ended as the general path ends it, and ends the stretch. Either way the
+//! next node starts a new one.
 
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::cache::BlockCache;
@@ -26,8 +29,14 @@ pub(super) fn in_order(state: &RunState<'_>, order: &[u32]) {
     scratch.slot = Some(0);
     let mut at = 0;
     while at < order.len() {
-        at += state.lean_stretch(&order[at..], &mut scratch);
-        let Some(&node) = order.get(at) else { break };
+        let taken = state.lean_stretch(&order[at..], &mut scratch);
+        if taken > 0 {
+            // A stretch ends at a node off the short path (the next one returns at once) or
+            // after one that broke it: the next node starts a new one.
+            at += taken;
+            continue;
+        }
+        let node = order[at];
         at += 1;
         if state.failed() {
             break;
@@ -52,16 +61,37 @@ pub(super) fn in_order(state: &RunState<'_>, order: &[u32]) {
 impl RunState<'_> {
     /// Executes the nodes of `order` from its start while each can take the short path (module
     /// docs); returns how many of them it took, graph inputs passed over included. The node at
-    /// that index, if any, is the general path's.
+    /// that index, if any, is the general path's. One panic guard for the stretch: a panic of
+    /// the run's own code (kernels' are caught around their call) fails the run at the node
+    /// under way, before its kernel's end or after, as the general path's guards would.
     fn lean_stretch(&self, order: &[u32], scratch: &mut Scratch) -> usize {
-        if !(self.lean && self.sequential) || self.deadline.is_some() || super::fault::armed() {
+        if !(self.lean && self.sequential) || self.deadline.is_some() {
             return 0;
         }
+        // Where the stretch is, for the guard: the node under way, and whether its kernel's
+        // call ended well (a panic after that is in the node's end).
+        let (at, called) = (Cell::new(0), Cell::new(false));
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.stretch(order, scratch, &at, &called)));
+        outcome.unwrap_or_else(|panic| {
+            let node = order[at.get()];
+            match called.get() {
+                true => self.failed_after(node, &*panic, scratch),
+                false => self.node_failed(node, self.internal_error(node, "while running", &*panic)),
+            }
+            at.get() + 1
+        })
+    }
+
+    /// `lean_stretch` under its guard.
+    #[inline(always)]
+    fn stretch(&self, order: &[u32], scratch: &mut Scratch, at: &Cell<usize>, called: &Cell<bool>) -> usize {
+        // A local borrow, not a parameter: a node that ends the stretch is ended by the general
+        // path, which looks the cache up itself once this borrow is no longer used.
         let Some(cache) = self.cache(scratch.slot) else {
             return 0;
         };
         let (g, steps, hinted_run) = (self.graph, self.steps, self.hints.is_some());
-        for (at, &node) in order.iter().enumerate() {
+        for (i, &node) in order.iter().enumerate() {
             let step = &steps[node as usize];
             let off_path = !step.plain || (step.hinted && hinted_run);
             // Without a deadline, only a cancellation stops the run: one load, not a call.
@@ -70,42 +100,49 @@ impl RunState<'_> {
                 if g.is_graph_input(node) {
                     continue;
                 }
-                return at;
+                return i;
             }
+            at.set(i);
+            called.set(false);
             scratch.executed += 1;
-            let sample = self.learn && self.prio.should_sample(g, step.op, scratch.executed);
+            let sample = self.learn && self.prio.should_sample_op(g, step.op, scratch.executed);
             self.add_live(self.prio.output_bytes[node as usize], &mut scratch.counts.peak_live);
-            if sample {
-                if !self.lean_sampled(node, step, cache, scratch) {
-                    return at + 1;
-                }
-                continue;
-            }
-            match self.call_lean::<false>(node, step, cache, scratch) {
-                Ok(None) => self.finish_node::<true>(node, step, Some(&mut *cache), scratch),
-                outcome => {
-                    self.stretch_broken(node, outcome, scratch);
-                    return at + 1;
-                }
+            let outcome = match sample {
+                true => self.lean_sampled(node, step, cache, scratch, called),
+                false => match self.call_lean::<false>(node, step, cache, scratch) {
+                    Ok(None) => {
+                        called.set(true);
+                        self.finish_node::<true>(node, step, Some(&mut *cache), scratch);
+                        continue;
+                    }
+                    outcome => outcome,
+                },
+            };
+            if !matches!(outcome, Ok(None)) {
+                self.stretch_broken(node, outcome, scratch);
+                return i + 1;
             }
         }
         order.len()
     }
 
     /// A node of a lean stretch whose call the estimates time: out of line, off the path of the
-    /// others. Whether it simply succeeded (the stretch goes on).
+    /// others. `Ok(None)`: it succeeded and ended.
     #[inline(never)]
-    fn lean_sampled(&self, node: u32, step: &Step, cache: &mut BlockCache, scratch: &mut Scratch) -> bool {
-        match self.call_lean::<true>(node, step, cache, scratch) {
-            Ok(None) => {
-                self.finish_node::<true>(node, step, Some(cache), scratch);
-                true
-            }
-            outcome => {
-                self.stretch_broken(node, outcome, scratch);
-                false
-            }
+    fn lean_sampled(
+        &self,
+        node: u32,
+        step: &Step,
+        cache: &mut BlockCache,
+        scratch: &mut Scratch,
+        called: &Cell<bool>,
+    ) -> Result<Option<Arc<PendingNode>>> {
+        let outcome = self.call_lean::<true>(node, step, cache, scratch);
+        if let Ok(None) = outcome {
+            called.set(true);
+            self.finish_node::<true>(node, step, Some(cache), scratch);
         }
+        outcome
     }
 
     /// A node of a lean stretch that did not simply succeed: a failure is the run's, a node

@@ -38,9 +38,11 @@ impl Stopwatch {
         let Some(c) = counter() else {
             return Stopwatch::Clock(Instant::now());
         };
-        let ticks = read_ticks();
+        let mut ticks = read_ticks();
         if ticks.wrapping_sub(c.anchor.1) >= c.next.load(Ordering::Relaxed) {
             c.calibrate();
+            // What the calibration took is not the timed span's.
+            ticks = read_ticks();
         }
         match c.rate() {
             0 => Stopwatch::Clock(Instant::now()),

@@ -2,7 +2,7 @@
 //!
 //! A node's expected duration is the caller's estimate if it gave one, else what runs have
 //! measured for its op type, else [`DEFAULT_ESTIMATE_NS`]. Runs sample kernel durations
-//! ([`Priorities::should_sample`]) and fold them into a moving average per op type
+//! ([`Priorities::should_sample_op`]) and fold them into a moving average per op type
 //! ([`Graph::learn`]); the [`Priorities`] and the figures of [`Graph::info`] follow the current
 //! estimates, recomputed when the averages have moved by more than a fifth (and by at least
 //! [`MIN_MOVE_NS`]).

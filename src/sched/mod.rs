@@ -304,7 +304,7 @@ impl Priorities {
     /// [`CHEAP_OP_NS`](estimates::CHEAP_OP_NS) when these priorities were computed. An op type
     /// measured before then costs one array read: an average never returns to 0.
     #[inline]
-    pub fn should_sample(&self, g: &Graph, op: u32, executed: u64) -> bool {
+    pub fn should_sample_op(&self, g: &Graph, op: u32, executed: u64) -> bool {
         let basis = self.basis.get(op as usize).copied().unwrap_or(0);
         if basis == 0 && g.learned_op_ns(op) == 0 {
             return true;
