@@ -24,6 +24,31 @@ fn chain_of(n: u32, kernel: impl Fn(u32) -> graphsched::Kernel) -> Arc<Graph> {
     Arc::new(b.finalize().unwrap())
 }
 
+/// A chain of `n` whose node `k` runs the kernel `special` makes, whose nodes after `k` count
+/// their calls in `after`, and whose others do nothing.
+fn chain_around(n: u32, k: u32, special: fn() -> graphsched::Kernel, after: &'static AtomicU32) -> Arc<Graph> {
+    chain_of(n, |i| match i {
+        i if i == k => special(),
+        i if i > k => Box::new(|_: &mut graphsched::KernelCtx<'_>| {
+            after.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }),
+        _ => Box::new(|_: &mut graphsched::KernelCtx<'_>| Ok(())),
+    })
+}
+
+/// A kernel that defers its end and completes it from another thread `ms` milliseconds later.
+fn deferring(ms: u64) -> graphsched::Kernel {
+    Box::new(move |ctx: &mut graphsched::KernelCtx<'_>| {
+        let done = ctx.defer().expect("a run's kernel may defer");
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            done.complete(Ok(()));
+        });
+        Ok(())
+    })
+}
+
 /// Every run hands each output out with its buffer, its declared size and no shape: a type,
 /// dimensions and strides a producer wrote in the run before are gone (cleared where a shape was
 /// left), and one that writes none leaves none.
@@ -67,17 +92,13 @@ fn every_run_hands_out_outputs_with_no_shape() {
 fn a_failure_midway_stops_the_run_there() {
     static FAIL: AtomicBool = AtomicBool::new(true);
     static RAN_AFTER: AtomicU32 = AtomicU32::new(0);
-    let g = chain_of(200, |i| match i {
-        120 => Box::new(|_: &mut graphsched::KernelCtx<'_>| match FAIL.load(Ordering::Relaxed) {
+    let refusing: fn() -> graphsched::Kernel = || {
+        Box::new(|_: &mut graphsched::KernelCtx<'_>| match FAIL.load(Ordering::Relaxed) {
             true => Err("refused".to_string()),
             false => Ok(()),
-        }),
-        i if i > 120 => Box::new(|_: &mut graphsched::KernelCtx<'_>| {
-            RAN_AFTER.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }),
-        _ => Box::new(|_: &mut graphsched::KernelCtx<'_>| Ok(())),
-    });
+        })
+    };
+    let g = chain_around(200, 120, refusing, &RAN_AFTER);
     let pool = Arc::new(Pool::default());
     // Measured first, so that the failing run takes its nodes in stretches.
     FAIL.store(false, Ordering::Relaxed);
@@ -103,17 +124,13 @@ fn a_cancellation_stops_the_next_node() {
     static RAN_AFTER: AtomicU32 = AtomicU32::new(0);
     static TOKEN: std::sync::OnceLock<CancelToken> = std::sync::OnceLock::new();
     let token = TOKEN.get_or_init(CancelToken::new);
-    let g = chain_of(100, |i| match i {
-        60 => Box::new(|_: &mut graphsched::KernelCtx<'_>| {
+    let cancelling: fn() -> graphsched::Kernel = || {
+        Box::new(|_: &mut graphsched::KernelCtx<'_>| {
             TOKEN.get().unwrap().cancel();
             Ok(())
-        }),
-        i if i > 60 => Box::new(|_: &mut graphsched::KernelCtx<'_>| {
-            RAN_AFTER.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }),
-        _ => Box::new(|_: &mut graphsched::KernelCtx<'_>| Ok(())),
-    });
+        })
+    };
+    let g = chain_around(100, 60, cancelling, &RAN_AFTER);
     let pool = Arc::new(Pool::default());
     let options = RunOptions {
         cancel: Some(token),
@@ -132,21 +149,7 @@ fn a_cancellation_stops_the_next_node() {
 #[test]
 fn a_deferred_node_midway_is_waited_for_then_the_run_goes_on() {
     static RAN_AFTER: AtomicU32 = AtomicU32::new(0);
-    let g = chain_of(100, |i| match i {
-        40 => Box::new(|ctx: &mut graphsched::KernelCtx<'_>| {
-            let done = ctx.defer().expect("a run's kernel may defer");
-            std::thread::spawn(move || {
-                std::thread::sleep(std::time::Duration::from_millis(2));
-                done.complete(Ok(()));
-            });
-            Ok(())
-        }),
-        i if i > 40 => Box::new(|_: &mut graphsched::KernelCtx<'_>| {
-            RAN_AFTER.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }),
-        _ => Box::new(|_: &mut graphsched::KernelCtx<'_>| Ok(())),
-    });
+    let g = chain_around(100, 40, || deferring(2), &RAN_AFTER);
     let pool = Arc::new(Pool::default());
     for _ in 0..3 {
         RAN_AFTER.store(0, Ordering::Relaxed);
@@ -163,21 +166,17 @@ fn a_deferred_node_midway_is_waited_for_then_the_run_goes_on() {
 fn a_panic_or_a_broken_descriptor_midway_fails_the_run_there() {
     static MODE: AtomicU32 = AtomicU32::new(0);
     static RAN_AFTER: AtomicU32 = AtomicU32::new(0);
-    let g = chain_of(80, |i| match i {
-        30 => Box::new(|ctx: &mut graphsched::KernelCtx<'_>| {
+    let breaking: fn() -> graphsched::Kernel = || {
+        Box::new(|ctx: &mut graphsched::KernelCtx<'_>| {
             match MODE.load(Ordering::Relaxed) {
                 1 => panic!("midway"),
                 2 => ctx.output(0).unwrap().nbytes = 1 << 20,
                 _ => {}
             }
             Ok(())
-        }),
-        i if i > 30 => Box::new(|_: &mut graphsched::KernelCtx<'_>| {
-            RAN_AFTER.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }),
-        _ => Box::new(|_: &mut graphsched::KernelCtx<'_>| Ok(())),
-    });
+        })
+    };
+    let g = chain_around(80, 30, breaking, &RAN_AFTER);
     let pool = Arc::new(Pool::default());
     graphsched::run(&g, &pool, &RunOptions::default()).unwrap();
     for (mode, kind, words) in [
@@ -290,15 +289,8 @@ fn a_deferring_op_type_is_learned_on_the_caller() {
     // Node 3 has an op type of its own, which defers.
     let mut b = GraphBuilder::new();
     for i in 0..6u32 {
-        let kernel: graphsched::Kernel = match i {
-            3 => Box::new(|ctx: &mut graphsched::KernelCtx<'_>| {
-                let done = ctx.defer().expect("a run's kernel may defer");
-                std::thread::spawn(move || {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                    done.complete(Ok(()));
-                });
-                Ok(())
-            }),
+        let kernel = match i {
+            3 => deferring(1),
             _ => Box::new(|_: &mut graphsched::KernelCtx<'_>| Ok(())),
         };
         let op = if i == 3 { "Later" } else { "Step" };
