@@ -36,8 +36,8 @@ use crate::sched::Sample;
 use crate::tensor::Tensor;
 
 impl RunState<'_> {
-    /// The thread's block cache, if the node of `step` takes the short path now (module docs): not if this
-    /// call, the thread's next (`Scratch::executed + 1`), is one the estimates time.
+    /// The thread's block cache, if the node of `step` takes the short path now (module docs):
+    /// not if this call, the thread's next (`Scratch::executed + 1`), is one the estimates time.
     #[inline(always)]
     pub(super) fn lean_cache(&self, step: &Step, scratch: &Scratch) -> Option<&mut BlockCache> {
         if !(self.lean && step.plain) || (step.hinted && self.hints.is_some()) {
