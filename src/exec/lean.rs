@@ -76,14 +76,26 @@ impl RunState<'_> {
                 self.node_failed(node, e);
                 None
             }
-            Err(panic) if called.get() => {
-                self.failed_after(node, &*panic, scratch);
-                None
-            }
             Err(panic) => {
-                self.node_failed(node, self.internal_error(node, "while running", &*panic));
+                self.lean_panicked(node, called.get(), &*panic, scratch);
                 None
             }
+        }
+    }
+
+    /// The run's own code panicked on the short path at `node`: after its kernel's call ended
+    /// well (`called`: in the node's end), or before.
+    #[cold]
+    pub(super) fn lean_panicked(
+        &self,
+        node: u32,
+        called: bool,
+        panic: &(dyn std::any::Any + Send),
+        scratch: &mut Scratch,
+    ) {
+        match called {
+            true => self.failed_after(node, panic, scratch),
+            false => self.node_failed(node, self.internal_error(node, "while running", panic)),
         }
     }
 

@@ -73,11 +73,7 @@ impl RunState<'_> {
         let (at, called) = (Cell::new(0), Cell::new(false));
         let outcome = catch_unwind(AssertUnwindSafe(|| self.stretch(order, scratch, &at, &called)));
         outcome.unwrap_or_else(|panic| {
-            let node = order[at.get()];
-            match called.get() {
-                true => self.failed_after(node, &*panic, scratch),
-                false => self.node_failed(node, self.internal_error(node, "while running", &*panic)),
-            }
+            self.lean_panicked(order[at.get()], called.get(), &*panic, scratch);
             at.get() + 1
         })
     }

@@ -190,6 +190,11 @@ impl Graph {
             .is_some_and(|d| d.load(Ordering::Relaxed))
     }
 
+    /// Whether a kernel of any op type has ever deferred its end.
+    pub fn any_op_deferred(&self) -> bool {
+        learned(self).op_deferred.iter().any(|d| d.load(Ordering::Relaxed))
+    }
+
     /// Records that `node`'s kernel deferred its end, on every deferral (not only the sampled
     /// calls): the first one of its op type makes the priorities stale, and runs of the graph
     /// keep the executor's threads from then on (`spread.rs`).

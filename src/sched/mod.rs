@@ -198,7 +198,7 @@ impl Priorities {
             work_around: std::sync::OnceLock::new(),
             total_work_ns: work.iter().copied().fold(0, u64::saturating_add),
             operators: (n - g.graph_inputs().len()) as u64,
-            defers: (0..g.op_type_count() as u32).any(|op| g.op_has_deferred(op)),
+            defers: g.any_op_deferred(),
             unmeasured: (0..n as u32).any(|v| !g.is_graph_input(v) && g.learned_op_ns(g.op_index(v)) == 0),
             weight,
             work,
@@ -325,7 +325,7 @@ impl Priorities {
             .iter()
             .enumerate()
             .any(|(op, &k)| g.op_kind(op as u32) != k);
-        let deferred = !self.defers && (0..self.basis.len() as u32).any(|op| g.op_has_deferred(op));
+        let deferred = !self.defers && g.any_op_deferred();
         kinds_moved
             || deferred
             || self.basis.iter().enumerate().any(|(op, &old)| {
