@@ -5,23 +5,22 @@
 //! Invariant: arrays in the bin have every slot empty — its data and buffer pointers NULL, the
 //! rest stale until the binding rewrites it whole or its producer's placement (`Slot::place`)
 //! rewrites its head and clears a shape left behind, before anyone reads it (the run that held
-//! them took each value out, see `RunState`'s `Drop`) — so reuse only resets the counters, from
-//! the graph's templates.
+//! them freed each value, see `RunState`'s `Drop`; its result emptied the outputs' slots) — so
+//! reuse only resets the counters, from the graph's templates.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::ops::Range;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::auto_plan::AutoPlans;
-use super::cache::release_many;
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::hints::{HintCache, HINT_MIN_BYTES};
 use super::reserve::Reserve;
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
-use crate::kernel::{Buffer, CKernel};
+use crate::kernel::CKernel;
 use crate::pool::Pool;
 use crate::sched::Priorities;
 use crate::tensor::Tensor;
@@ -44,17 +43,12 @@ pub(super) struct RunArrays {
 }
 
 // SAFETY: in the bin the arrays belong to nobody: every slot and cache is empty (no pointer to
-// anything), and a run that takes them owns them alone until it gives them back.
+// anything). A run that takes them owns them alone, and so does the result it hands them to
+// (whose output slots point at blocks it owns), until they are given back.
 unsafe impl Send for RunArrays {}
 
-/// A result's graph outputs (value index, slot), emptied.
-struct OutputList(Vec<(u32, Slot)>);
-
-// SAFETY: an empty list points at nothing.
-unsafe impl Send for OutputList {}
-
-/// Spare things of one kind: as many as the graph's runs that went on at once, up to
-/// `SPARE`; more would only hold memory.
+/// Spare things of one kind: as many as the graph's runs and results that lived at once, up
+/// to `SPARE`; more would only hold memory.
 struct Spares<T>(Mutex<Vec<T>>);
 
 const SPARE: usize = 8;
@@ -73,10 +67,10 @@ impl<T> Spares<T> {
 }
 
 /// Spare run arrays: one in a slot that a run takes or fills with a single atomic swap (a graph
-/// run by one thread at a time never takes the lock), the others in `Spares`. A freed result
-/// takes the slot's arrays for a moment to give its outputs to their reserve: a run starting
-/// on another thread just then takes others, or makes new ones (kept as spares after it, so
-/// this happens again only when more runs overlap than ever before).
+/// run by one thread at a time never takes the lock), the others in `Spares`. A run's result
+/// holds its arrays (its outputs are in their slots) and gives them back when it is dropped: a
+/// run while it lives takes others, or makes new ones (kept as spares after it, so this
+/// happens again only when more runs and results overlap than ever before).
 struct SpareArrays {
     /// NULL, or a `Box<RunArrays>` given up with `Box::into_raw`, owned by the slot.
     one: AtomicPtr<RunArrays>,
@@ -133,63 +127,6 @@ struct Bin {
     /// No two of its operator nodes can ever be ready at once (see [`is_serial`]).
     serial: bool,
     arrays: SpareArrays,
-    outputs: Spares<OutputList>,
-}
-
-/// Most outputs a list kept by a thread has room for (a few KiB).
-const THREAD_LIST_MAX: usize = 64;
-
-thread_local! {
-    /// One spare output list per thread, for any graph's runs: a thread that runs a graph and
-    /// frees its result, over and over, takes and keeps it without the graph's lock.
-    static OUTPUT_LIST: Cell<Option<OutputList>> = const { Cell::new(None) };
-}
-
-/// An empty list for a result's graph outputs: the thread's spare if it is long enough, else
-/// one of the graph's.
-pub(super) fn take_output_list(graph: &Graph) -> Vec<(u32, Slot)> {
-    let n = graph.graph_outputs().len();
-    let mine = OUTPUT_LIST.try_with(Cell::take).ok().flatten();
-    let spare = match mine {
-        Some(list) if list.0.capacity() >= n => return list.0,
-        Some(list) => {
-            keep_output_list(graph, list.0);
-            bin(graph).outputs.take()
-        }
-        None => bin(graph).outputs.take(),
-    };
-    spare.map_or_else(|| Vec::with_capacity(n), |l| l.0)
-}
-
-/// Keeps a result's output list, emptied, for the next run: as the thread's spare if it has
-/// none, else with the graph.
-pub(super) fn keep_output_list(graph: &Graph, mut list: Vec<(u32, Slot)>) {
-    list.clear();
-    let mut list = Some(OutputList(list));
-    // A long list stays with its graph, which frees it with itself: a thread would hold it
-    // until it exits.
-    let small = list.as_ref().is_some_and(|l| l.0.capacity() <= THREAD_LIST_MAX);
-    let _ = OUTPUT_LIST.try_with(|spare| match spare.take() {
-        None if small => spare.set(list.take()),
-        kept => spare.set(kept),
-    });
-    // The thread has a spare already (or its storage is being torn down): the graph keeps it.
-    if let Some(list) = list {
-        bin(graph).outputs.keep(list);
-    }
-}
-
-/// Gives a freed result's output blocks back: the small ones to the reserve of the graph's
-/// spare arrays while it has room (`reserve.rs`; the arrays in the slot, taken and put back
-/// without a lock), the rest to the pool.
-pub(super) fn give_back_outputs(graph: &Graph, pool: &Pool, buffers: impl Iterator<Item = Buffer>) {
-    let bin = bin(graph);
-    let mut arrays = bin.arrays.take_one();
-    let rest = buffers.filter(|&b| !arrays.as_mut().is_some_and(|a| a.reserve.keep_live(pool, b)));
-    release_many(pool, rest, false);
-    if let Some(arrays) = arrays {
-        bin.arrays.keep(arrays);
-    }
 }
 
 /// What executing one node needs of its graph, in one record: read once per node instead of
@@ -298,7 +235,6 @@ fn bin(graph: &Graph) -> &Bin {
             one: AtomicPtr::new(ptr::null_mut()),
             more: Spares(Mutex::new(Vec::new())),
         },
-        outputs: Spares(Mutex::new(Vec::new())),
         serial: serial(graph),
     })
 }

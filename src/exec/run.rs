@@ -3,13 +3,14 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cache::release;
+use super::cache::{empty_slot, release, release_many};
 use super::executor::Executor;
-use super::recycle::{give_back_outputs, keep_output_list, take_output_list, RunArrays};
-use super::state::{RunState, Slot, StateOptions};
+use super::recycle::RunArrays;
+use super::state::{RunState, StateOptions};
 use super::stopwatch::Stopwatch;
 use crate::error::{err, ErrorKind, Result};
 use crate::graph::{Graph, ValueRef};
@@ -193,10 +194,17 @@ pub struct RunStats {
 
 /// The graph outputs of a successful run. It owns their buffers and keeps the graph and pool
 /// alive; dropping it returns the buffers to the pool. `Send + Sync`: outputs are read-only.
+///
+/// It holds the run's arrays, whose slots describe the outputs where the run left them: the
+/// next run of the graph takes other arrays while it lives (kept by the graph after their
+/// first use: a caller holding two results of one graph at a time has two sets), and gets
+/// these back once it is dropped.
 pub struct RunResult {
     graph: Arc<Graph>,
     pool: Arc<Pool>,
-    outputs: Vec<(u32, Slot)>,
+    /// Only the graph outputs' slots hold anything (`RunState::take_arrays`). Given back to
+    /// the graph when the result drops.
+    arrays: ManuallyDrop<Box<RunArrays>>,
     /// The planned run's arena: graph outputs may live in it.
     arena: Buffer,
     stats: RunStats,
@@ -238,9 +246,10 @@ impl RunResult {
                 ),
             );
         };
-        match self.outputs.iter().find(|(v, _)| *v == index) {
-            Some((_, slot)) => Ok(&slot.tensor),
-            None => err(
+        match g.is_graph_output(index) {
+            // SAFETY: nothing writes the slots while the result lives (they are its own).
+            true => Ok(&unsafe { &*self.arrays.slots[index as usize].get() }.tensor),
+            false => err(
                 ErrorKind::NotAnOutput,
                 format!(
                     "output {} of node '{}' is not a graph output; mark it (gs_graph_mark_output) to keep it",
@@ -280,17 +289,21 @@ impl Drop for RunResult {
     fn drop(&mut self) {
         let arena = std::mem::replace(&mut self.arena, Buffer::NONE);
         let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
-        // Read in place (a slot is 192 bytes, `Copy`: nothing to drop), then cleared: small
-        // ones wait for the graph's next run, the rest go back to the pool under one lock.
-        let outputs = self
-            .outputs
-            .iter()
-            .map(|(_, slot)| slot.buffer)
-            .filter(|b| !in_arena(b));
-        give_back_outputs(&self.graph, &self.pool, outputs);
-        self.outputs.clear();
-        release(&self.pool, arena);
-        keep_output_list(&self.graph, std::mem::take(&mut self.outputs));
+        // Each slot emptied (its two pointers: the rest is rewritten before it is read again);
+        // small blocks kept in the arrays' reserve for the graph's next run, the rest back to
+        // the pool under one lock. A binding marked as output is caller memory: no block.
+        let arrays = &mut *self.arrays;
+        let (slots, reserve) = (&mut arrays.slots, &mut arrays.reserve);
+        let pool = &*self.pool;
+        let blocks = self.graph.graph_outputs().iter().filter_map(|&v| {
+            let b = empty_slot(slots[v as usize].get_mut());
+            (!b.ptr.is_null() && !in_arena(&b) && !reserve.keep_live(pool, b)).then_some(b)
+        });
+        release_many(pool, blocks, false);
+        release(pool, arena);
+        // SAFETY: this is the result's drop: nothing reads `arrays` after this.
+        let arrays = unsafe { ManuallyDrop::take(&mut self.arrays) };
+        arrays.give_back(&self.graph);
     }
 }
 
@@ -372,7 +385,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
     // A block, so that the state drops where it lies: `drop(state)` moved it whole first.
-    let (outputs, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
+    let (arrays, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
         let mut state = RunState::new(
             graph,
             pool,
@@ -423,11 +436,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 ),
             );
         }
-        let mut outputs = take_output_list(graph);
-        outputs.extend(graph.graph_outputs().iter().map(|&v| (v, state.take_slot(v))));
-        state.drained = true;
         (
-            outputs,
+            state.take_arrays(),
             state.stats(),
             state.busy_ns(),
             state.take_events(),
@@ -446,7 +456,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     Ok(RunResult {
         graph: graph.clone(),
         pool: pool.clone(),
-        outputs,
+        arrays: ManuallyDrop::new(arrays),
         arena,
         stats,
         events,

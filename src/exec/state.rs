@@ -85,7 +85,8 @@ pub(super) struct RunState<'r> {
     /// Taken back (without touching its count) when the state drops: see `StateOptions::prio`.
     pub prio: ManuallyDrop<Arc<Priorities>>,
     prio_samples: Option<u64>,
-    /// The box the arrays came in, their fields moved into this state until it drops.
+    /// The box the arrays came in, their fields moved into this state until it drops or hands
+    /// them to the result (`take_arrays`).
     pub(super) arrays: Option<Box<RunArrays>>,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
     pub(super) slots: Box<[UnsafeCell<Slot>]>,
@@ -158,10 +159,6 @@ pub(super) struct RunState<'r> {
     pub(super) busy_ns: AtomicU64,
     /// Which order: FIFO has one band and no continuations.
     pub(super) policy: Policy,
-    /// Set once the run succeeded and its graph outputs moved to the result: then only the
-    /// graph inputs' slots still hold anything (every other value was freed by its last
-    /// reader), and dropping the state need not look at every slot.
-    pub(super) drained: bool,
     /// A sequential run: one thread writes its counts (`add_live`), and the blocks in its cache
     /// are parked in the pool (not live there; the cache settles the count with the pool in
     /// batches, see `BlockCache::unparked`). A parallel run's caches count as live in the pool
@@ -256,7 +253,6 @@ impl<'r> RunState<'r> {
             }),
             busy_ns: AtomicU64::new(0),
             policy,
-            drained: false,
             sequential: !parallel,
             context,
             observer,
@@ -384,15 +380,6 @@ impl<'r> RunState<'r> {
         )
     }
 
-    /// Moves a graph output out of the finished run.
-    pub fn take_slot(&mut self, value: u32) -> Slot {
-        let slot = self.slots[value as usize].get_mut();
-        let taken = *slot;
-        // Empty by its two pointers (`cache::empty_slot`): not a rewrite of all 192 bytes.
-        super::cache::empty_slot(slot);
-        taken
-    }
-
     /// Counts `bytes` more as live, raising `highest`, the thread's own peak (`Scratch::peak_live`).
     ///
     /// The run's peak is exact without a shared write per node beyond the add itself: the count
@@ -512,51 +499,67 @@ impl<'r> RunState<'r> {
     }
 }
 
-impl Drop for RunState<'_> {
-    /// Whatever the run still holds goes back: everything after a failure, nothing after
-    /// success (the graph outputs have moved to the result). Then the arrays, every slot empty,
-    /// go back to the graph for its next run.
-    fn drop(&mut self) {
+impl RunState<'_> {
+    /// Ends a run that succeeded: its arrays, for the result to hold while it lives
+    /// (`RunResult`), with the graph's priorities. Only the graph outputs' slots still hold
+    /// anything: every other value was freed by its last reader, and the bindings (caller
+    /// memory, nothing to give back) are emptied here, but for one that is a graph output.
+    pub fn take_arrays(&mut self) -> Box<RunArrays> {
         let g = self.graph;
-        if self.drained {
-            // Bindings are caller memory: emptied, nothing given back.
-            for &node in g.graph_inputs() {
-                *self.slots[g.node_values(node).start as usize].get_mut() = Slot::default();
+        for &node in g.graph_inputs() {
+            let v = g.node_values(node).start;
+            if !g.is_graph_output(v) {
+                *self.slots[v as usize].get_mut() = Slot::default();
             }
-            debug_assert!(
-                self.slots
-                    .iter_mut()
-                    .all(|s| s.get_mut().tensor.data.is_null() && s.get_mut().buffer.ptr.is_null()),
-                "a drained run holds nothing"
-            );
-        } else {
-            for i in 0..self.slots.len() {
-                let slot = self.slots[i].get_mut();
-                // Only slots a value or a binding filled: most are empty already, and rewriting
-                // every one would cost as much as the run's own work on a graph of small nodes.
-                if !slot.tensor.data.is_null() || !slot.buffer.ptr.is_null() {
-                    let buffer = std::mem::take(slot).buffer;
-                    self.give_back(buffer);
-                }
+        }
+        debug_assert!(
+            self.slots.iter_mut().enumerate().all(|(v, s)| {
+                let s = s.get_mut();
+                g.is_graph_output(v as u32) || (s.tensor.data.is_null() && s.buffer.ptr.is_null())
+            }),
+            "a finished run holds nothing but its graph outputs"
+        );
+        let mut arrays = self.arrays.take().expect("a run's arrays are taken once");
+        self.stow(&mut arrays);
+        arrays
+    }
+
+    /// Moves the arrays' fields back into their box, with the graph's priorities, which wait
+    /// there for its next run.
+    fn stow(&mut self, arrays: &mut RunArrays) {
+        arrays.slots = std::mem::take(&mut self.slots);
+        arrays.inputs = std::mem::take(&mut self.inputs);
+        arrays.refs = std::mem::take(&mut self.refs);
+        arrays.pending = std::mem::take(&mut self.pending);
+        arrays.caches = std::mem::take(&mut self.caches);
+        // SAFETY: the arrays are taken once (`take_arrays` or the drop), and nothing reads
+        // `prio` after that.
+        let prio = unsafe { ManuallyDrop::take(&mut self.prio) };
+        arrays.prio = self.prio_samples.map(|samples| (prio, samples));
+    }
+}
+
+impl Drop for RunState<'_> {
+    /// After a failure, whatever the run still holds goes back, and then the arrays, every slot
+    /// empty, go back to the graph for its next run. After success the result has them
+    /// (`take_arrays`): nothing is left.
+    fn drop(&mut self) {
+        let Some(mut arrays) = self.arrays.take() else {
+            return;
+        };
+        for i in 0..self.slots.len() {
+            let slot = self.slots[i].get_mut();
+            // Only slots a value or a binding filled: most are empty already, and rewriting
+            // every one would cost as much as the run's own work on a graph of small nodes.
+            if !slot.tensor.data.is_null() || !slot.buffer.ptr.is_null() {
+                let buffer = std::mem::take(slot).buffer;
+                self.give_back(buffer);
             }
         }
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
-        if !self.drained {
-            // A run that ended well flushed them already (`run`).
-            self.flush_caches();
-        }
-        // SAFETY: this is the state's drop: nothing reads `prio` after this.
-        let prio = unsafe { ManuallyDrop::take(&mut self.prio) };
-        if let Some(mut arrays) = self.arrays.take() {
-            arrays.slots = std::mem::take(&mut self.slots);
-            arrays.inputs = std::mem::take(&mut self.inputs);
-            arrays.refs = std::mem::take(&mut self.refs);
-            arrays.pending = std::mem::take(&mut self.pending);
-            arrays.caches = std::mem::take(&mut self.caches);
-            // The graph's own priorities wait with the arrays for its next run.
-            arrays.prio = self.prio_samples.map(|samples| (prio, samples));
-            arrays.give_back(self.graph);
-        }
+        self.flush_caches();
+        self.stow(&mut arrays);
+        arrays.give_back(self.graph);
     }
 }
 
