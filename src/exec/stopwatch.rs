@@ -17,14 +17,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Counter ticks between the anchor and the first measurement of the rate: over 10 ms at up to
-/// 3 GHz, so that a bracket's width (below [`BRACKET_TICKS`]) is at most 2e-3 of it.
-const CALIBRATION_TICKS: u64 = 1 << 25;
+/// Counter ticks between the anchor and the first measurement of the rate: about 1 ms at 2 GHz,
+/// so that a bracket's width (below [`BRACKET_TICKS`]) is at most 2e-3 of it. Runs until then
+/// read `Instant` twice, 60-80 ns on a virtual machine: a process's first thousands of short
+/// runs, when this was 10 ms.
+const CALIBRATION_TICKS: u64 = 1 << 21;
 /// The rate is measured again at twice the span each time, up to this many ticks (about 3 s at
 /// 3 GHz), where a bracket's width is below 1e-5 of the span.
 const REFINE_TICKS: u64 = 1 << 33;
-/// The widest bracket (counter reads around an `Instant` read) that is kept: about 20 us at 3 GHz.
-const BRACKET_TICKS: u64 = 1 << 16;
+/// The widest bracket (counter reads around an `Instant` read) that is kept: about 2 us at 2 GHz,
+/// where an undisturbed one is about 100 ticks.
+const BRACKET_TICKS: u64 = 1 << 12;
 
 /// A run's start: a counter reading, or an `Instant` where the counter is not used (yet).
 #[derive(Clone, Copy)]
@@ -179,7 +182,7 @@ mod tests {
     /// that interval), give or take the rate's error.
     #[test]
     fn a_stopwatch_agrees_with_instant() {
-        // Where the counter is used, its first reading anchors it; past 2^25 ticks a run
+        // Where the counter is used, its first reading anchors it; past 2^21 ticks a run
         // measures its rate.
         let _ = Stopwatch::start();
         std::thread::sleep(Duration::from_millis(40));

@@ -3,7 +3,7 @@
 //! arrays), the topological order, and when each value goes back to the pool along it.
 //! Immutable once built, except for the slots the layers above keep state in ([`Graph::annex`]).
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::ffi::{CStr, CString};
 use std::ops::Range;
 use std::sync::atomic::AtomicU64;
@@ -78,7 +78,9 @@ pub struct Graph {
     /// The structural figures of [`GraphInfo`]; the scheduler adds the timing ones.
     pub(super) structure: GraphInfo,
     /// What the layers above keep per graph, one slot each (see [`annex`](Graph::annex)).
-    pub(super) annexes: [OnceLock<Box<dyn Any + Send + Sync>>; 2],
+    /// Per layer (`Annex`): its value, with its type's id, compared in place of a virtual
+    /// `type_id` call (runs read the annexes a handful of times each).
+    pub(super) annexes: [OnceLock<(TypeId, Box<dyn Any + Send + Sync>)>; 2],
     /// The topological order with the lowest max-live bound found, computed on first use.
     pub(super) lowest_live_order: OnceLock<super::memory::LiveOrder>,
     /// For a graph with inputs of dynamic size: the graphs made for input sizes seen so far.
@@ -138,10 +140,11 @@ impl Graph {
     /// # Panics
     /// If a different type was stored first: each layer stores one type, always the same.
     pub(crate) fn annex<T: Any + Send + Sync>(&self, layer: Annex, init: impl FnOnce() -> T) -> &T {
-        self.annexes[layer as usize]
-            .get_or_init(|| Box::new(init()))
-            .downcast_ref()
-            .expect("one type per annex")
+        let (id, value) = self.annexes[layer as usize].get_or_init(|| (TypeId::of::<T>(), Box::new(init())));
+        assert!(*id == TypeId::of::<T>(), "one type per annex");
+        // SAFETY: the value was stored as a `T` (its id is `T`'s), so the data pointer of the
+        // trait object points at a `T`, living as long as the graph.
+        unsafe { &*(&**value as *const (dyn Any + Send + Sync)).cast::<T>() }
     }
 
     /// Nodes, graph inputs included: node ids are `0..node_count()`.
