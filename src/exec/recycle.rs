@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use super::auto_plan::AutoPlans;
 use super::cache::{BlockCache, CACHE_MAX_BYTES};
 use super::hints::{HintCache, HINT_MIN_BYTES};
+use super::outcome::Outcome;
 use super::reserve::Reserve;
 use super::state::Slot;
 use crate::graph::{Annex, Graph};
@@ -40,6 +41,8 @@ pub(super) struct RunArrays {
     pub prio: Option<(Arc<Priorities>, u64)>,
     /// Small blocks kept for the next run (`reserve.rs`).
     pub reserve: Reserve,
+    /// What the last run reported, for its result (`RunResult`) while it holds the arrays.
+    pub outcome: Outcome,
 }
 
 // SAFETY: in the bin the arrays belong to nobody: every slot and cache is empty (no pointer to
@@ -285,6 +288,7 @@ impl RunArrays {
                 caches: Box::new([]),
                 prio: None,
                 reserve: Reserve::default(),
+                outcome: Outcome::default(),
             });
         };
         arrays

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::cache::{empty_slot, release, release_many};
 use super::executor::Executor;
+use super::outcome::{Outcome, RunStats};
 use super::recycle::RunArrays;
 use super::state::{RunState, StateOptions};
 use super::stopwatch::Stopwatch;
@@ -168,30 +169,6 @@ impl CancelToken {
     }
 }
 
-/// Figures of one run. (C: `gs_run_stats`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunStats {
-    /// Wall-clock duration of the run, in nanoseconds.
-    pub wall_ns: u64,
-    /// Operator nodes executed (graph inputs are not run).
-    pub nodes_run: u64,
-    /// Most bytes this run's values held at once (graph inputs, which the caller owns, excluded).
-    pub peak_live_bytes: u64,
-    /// Buffers this run took from the pool: refills of its per-thread caches (which then serve
-    /// many values each) and larger blocks, not one per value.
-    pub acquires: u64,
-    /// System allocations the pool made while the run went on (by any user of the pool).
-    pub os_allocs: u64,
-    /// Threads the run could use, its caller's included: 1 for a run on its caller alone. A
-    /// chain, and a graph of kernels too short to pay for the threads, run so even when given
-    /// an executor.
-    pub threads: u64,
-    /// Time spent in kernels, summed over threads; traced runs only (0 otherwise). Utilization
-    /// is `busy_ns / (wall_ns * threads)`.
-    pub busy_ns: u64,
-}
-
 /// The graph outputs of a successful run. It owns their buffers and keeps the graph and pool
 /// alive; dropping it returns the buffers to the pool. `Send + Sync`: outputs are read-only.
 ///
@@ -204,13 +181,8 @@ pub struct RunResult {
     pool: Arc<Pool>,
     /// Only the graph outputs' slots hold anything (`RunState::take_arrays`). Given back to
     /// the graph when the result drops.
+    /// Its `outcome` holds the run's figures, events and arena.
     arrays: ManuallyDrop<Box<RunArrays>>,
-    /// The planned run's arena: graph outputs may live in it.
-    arena: Buffer,
-    stats: RunStats,
-    events: Vec<NodeEvent>,
-    /// The run recorded its events (`RunOptions::trace`); a graph without operators has none.
-    traced: bool,
 }
 
 // SAFETY: a result owns its output buffers exclusively (nothing else frees or writes them until
@@ -269,30 +241,34 @@ impl RunResult {
 
     /// The run's figures.
     pub fn stats(&self) -> RunStats {
-        self.stats
+        self.arrays.outcome.stats
     }
 
     /// Every executed node, in the order they ended: traced runs only.
     pub fn events(&self) -> &[NodeEvent] {
-        &self.events
+        &self.arrays.outcome.events
     }
 
     /// The run as Chrome trace-event JSON (see [`crate::trace::chrome_trace`]); `None` unless the
     /// run was traced.
     pub fn chrome_trace(&self) -> Option<String> {
-        self.traced
-            .then(|| crate::trace::chrome_trace(&self.graph, &self.events))
+        let outcome = &self.arrays.outcome;
+        outcome
+            .traced
+            .then(|| crate::trace::chrome_trace(&self.graph, &outcome.events))
     }
 }
 
 impl Drop for RunResult {
     fn drop(&mut self) {
-        let arena = std::mem::replace(&mut self.arena, Buffer::NONE);
+        let arrays = &mut *self.arrays;
+        let arena = std::mem::replace(&mut arrays.outcome.arena, Buffer::NONE);
+        // The figures stay (rewritten by the run that next holds the arrays); the events go.
+        drop(std::mem::take(&mut arrays.outcome.events));
         let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
         // Each slot emptied (its two pointers: the rest is rewritten before it is read again);
         // small blocks kept in the arrays' reserve for the graph's next run, the rest back to
         // the pool under one lock. A binding marked as output is caller memory: no block.
-        let arrays = &mut *self.arrays;
         let (slots, reserve) = (&mut arrays.slots, &mut arrays.reserve);
         let pool = &*self.pool;
         let blocks = self.graph.graph_outputs().iter().filter_map(|&v| {
@@ -385,7 +361,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
     // A block, so that the state drops where it lies: `drop(state)` moved it whole first.
-    let (arrays, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
+    let (mut arrays, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
         let mut state = RunState::new(
             graph,
             pool,
@@ -444,23 +420,24 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             state.take_arena(),
         )
     };
-    let stats = RunStats {
-        wall_ns: stopwatch.elapsed_ns(),
-        nodes_run,
-        peak_live_bytes,
-        acquires,
-        os_allocs: pool.os_allocs() - os_allocs_before,
-        threads: threads as u64,
-        busy_ns,
+    arrays.outcome = Outcome {
+        stats: RunStats {
+            wall_ns: stopwatch.elapsed_ns(),
+            nodes_run,
+            peak_live_bytes,
+            acquires,
+            os_allocs: pool.os_allocs() - os_allocs_before,
+            threads: threads as u64,
+            busy_ns,
+        },
+        events,
+        traced: options.trace,
+        arena,
     };
     Ok(RunResult {
         graph: graph.clone(),
         pool: pool.clone(),
         arrays: ManuallyDrop::new(arrays),
-        arena,
-        stats,
-        events,
-        traced: options.trace,
     })
 }
 
