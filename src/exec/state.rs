@@ -89,21 +89,21 @@ pub(super) struct RunState<'r> {
     /// them to the result (`take_arrays`).
     pub(super) arrays: Option<Box<RunArrays>>,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
-    pub(super) slots: Box<[UnsafeCell<Slot>]>,
+    pub(super) slots: ManuallyDrop<Box<[UnsafeCell<Slot>]>>,
     /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
     /// in `slots`. Fixed for the arrays' life, so a kernel's inputs are a slice of it.
-    pub(super) inputs: Box<[*const Tensor]>,
+    pub(super) inputs: ManuallyDrop<Box<[*const Tensor]>>,
     /// Per value: readers still to finish, plus one for a graph output. The decrement that
     /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
     /// after every read. A value with a single read and no place in the result is never
     /// counted down: its one reader frees it (its count stays 1, which `take_over` reads as
     /// "this node is the last reader", as it is).
-    pub(super) refs: Box<[AtomicU32]>,
+    pub(super) refs: ManuallyDrop<Box<[AtomicU32]>>,
     /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
     /// node ready: it is ordered after every producer's slot writes. A node with a single
     /// producer is never counted down: that producer makes it ready, and hands it over on its
     /// own thread or through a queue, which orders the slot writes as the count would.
-    pub(super) pending: Box<[AtomicU32]>,
+    pub(super) pending: ManuallyDrop<Box<[AtomicU32]>>,
     /// Queued, running and deferred tasks and pending nodes of the run (module docs): reaches 0
     /// exactly once, when the run is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
     /// writes it: on its own cache line.
@@ -132,7 +132,7 @@ pub(super) struct RunState<'r> {
     /// zones (the pool's own count must then stay exact, and every block is checked). In a
     /// sequential run the pool counts the cached blocks as parked, not live (`sequential`); in a
     /// parallel run as live until the run ends.
-    pub(super) caches: Box<[UnsafeCell<BlockCache>]>,
+    pub(super) caches: ManuallyDrop<Box<[UnsafeCell<BlockCache>]>>,
     /// Per node: what executing it needs (`recycle::Step`).
     pub(super) steps: &'r [Step],
     /// Per value: what its count in `refs` starts from.
@@ -200,12 +200,14 @@ impl<'r> RunState<'r> {
         } = options;
         let (steps, initial_refs) = super::recycle::templates(graph);
         arrays.reset(initial_refs, &prio);
+        // The arrays' fields move here, and back in `stow`: an empty boxed slice left behind
+        // owns no memory, and neither side drops one (`ManuallyDrop`, `forget`).
         let (slots, inputs, refs, pending, caches) = (
-            std::mem::take(&mut arrays.slots),
-            std::mem::take(&mut arrays.inputs),
-            std::mem::take(&mut arrays.refs),
-            std::mem::take(&mut arrays.pending),
-            std::mem::take(&mut arrays.caches),
+            ManuallyDrop::new(std::mem::take(&mut arrays.slots)),
+            ManuallyDrop::new(std::mem::take(&mut arrays.inputs)),
+            ManuallyDrop::new(std::mem::take(&mut arrays.refs)),
+            ManuallyDrop::new(std::mem::take(&mut arrays.pending)),
+            ManuallyDrop::new(std::mem::take(&mut arrays.caches)),
         );
         let cached = caches.len();
         RunState {
@@ -527,11 +529,14 @@ impl RunState<'_> {
     /// Moves the arrays' fields back into their box, with the graph's priorities, which wait
     /// there for its next run.
     fn stow(&mut self, arrays: &mut RunArrays) {
-        arrays.slots = std::mem::take(&mut self.slots);
-        arrays.inputs = std::mem::take(&mut self.inputs);
-        arrays.refs = std::mem::take(&mut self.refs);
-        arrays.pending = std::mem::take(&mut self.pending);
-        arrays.caches = std::mem::take(&mut self.caches);
+        std::mem::forget(std::mem::replace(&mut arrays.slots, std::mem::take(&mut *self.slots)));
+        std::mem::forget(std::mem::replace(&mut arrays.inputs, std::mem::take(&mut *self.inputs)));
+        std::mem::forget(std::mem::replace(&mut arrays.refs, std::mem::take(&mut *self.refs)));
+        std::mem::forget(std::mem::replace(
+            &mut arrays.pending,
+            std::mem::take(&mut *self.pending),
+        ));
+        std::mem::forget(std::mem::replace(&mut arrays.caches, std::mem::take(&mut *self.caches)));
         // SAFETY: the arrays are taken once (`take_arrays` or the drop), and nothing reads
         // `prio` after that.
         let prio = unsafe { ManuallyDrop::take(&mut self.prio) };
