@@ -124,7 +124,9 @@ pub(super) struct RunState<'r> {
     pub(super) peak_live: AtomicU64,
     pub(super) acquires: AtomicU64,
     pub(super) nodes_run: AtomicU64,
-    pub(super) gate: Option<Gate<'r>>,
+    /// Boxed: only memory-limited runs have one (and allocate for their admission anyway),
+    /// and every run writes its state whole.
+    pub(super) gate: Option<Box<Gate<'r>>>,
     pub window: Option<Window>,
     /// Per thread of the run (0: its caller, i + 1: worker i): small blocks kept at hand, so that
     /// small outputs rarely take the pool's lock. Slot i is touched only by its thread while the
@@ -227,12 +229,14 @@ impl<'r> RunState<'r> {
             peak_live: AtomicU64::new(0),
             acquires: AtomicU64::new(0),
             nodes_run: AtomicU64::new(0),
-            gate: (memory_limit > 0).then(|| Gate {
-                limit: memory_limit,
-                inner: Mutex::new(GateInner {
-                    waiting: Vec::new(),
-                    admission: Admission::new(graph, memory_limit, parallel),
-                }),
+            gate: (memory_limit > 0).then(|| {
+                Box::new(Gate {
+                    limit: memory_limit,
+                    inner: Mutex::new(GateInner {
+                        waiting: Vec::new(),
+                        admission: Admission::new(graph, memory_limit, parallel),
+                    }),
+                })
             }),
             window: window.map(|cap| Window {
                 cap: cap.max(1),
