@@ -1,0 +1,170 @@
+//! A result holds its run's arrays (`exec/run.rs`): its outputs are read where the run left
+//! them, later runs of the graph take other arrays while it lives, and dropping it, on any
+//! thread, in any order, gives its blocks and the arrays back.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use graphsched::{Executor, Graph, GraphBuilder, InputBinding, NodeDesc, Pool, RunOptions, ValueRef};
+
+/// Bound memory is 16-byte aligned.
+#[repr(C, align(16))]
+struct Aligned([u8; 8]);
+
+/// Graph input `x` (8 bytes), marked as a graph output too; `stamp` writes the run's number
+/// (counted in `runs`) into its 64-byte output, marked; `sum` reads both and writes a byte.
+fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
+    let mut b = GraphBuilder::new();
+    let x = b.add_input("x", 8).unwrap();
+    let stamp = b
+        .add_node(
+            NodeDesc::new(
+                "stamp",
+                "Stamp",
+                Box::new(move |ctx: &mut graphsched::KernelCtx<'_>| {
+                    let n = runs.fetch_add(1, Ordering::Relaxed);
+                    ctx.output_bytes(0).unwrap().fill(n as u8);
+                    Ok(())
+                }),
+            )
+            .input(x)
+            .output(64),
+        )
+        .unwrap();
+    let sum = b
+        .add_node(
+            NodeDesc::new(
+                "sum",
+                "Sum",
+                Box::new(|ctx: &mut graphsched::KernelCtx<'_>| {
+                    let total: u32 = ctx.input_bytes(1).unwrap().iter().map(|&b| b as u32).sum();
+                    ctx.output_bytes(0).unwrap()[0] = total as u8;
+                    Ok(())
+                }),
+            )
+            .input(x)
+            .input(ValueRef::new(stamp, 0))
+            .output(1),
+        )
+        .unwrap();
+    let stamp = ValueRef::new(stamp, 0);
+    b.mark_output(x).unwrap();
+    b.mark_output(stamp).unwrap();
+    b.mark_output(ValueRef::new(sum, 0)).unwrap();
+    (Arc::new(b.finalize().unwrap()), x, stamp)
+}
+
+/// Results held at once keep their own outputs while later runs go on, and a graph input marked
+/// as an output is the caller's memory; dropped out of order, and on other threads, they leave
+/// the pool holding nothing, and later runs still work.
+#[test]
+fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+    let (g, x, stamp) = stamped(&RUNS);
+    let pool = Arc::new(Pool::default());
+    let executor = Executor::new(2).unwrap();
+    let input = Aligned([7u8; 8]);
+    let input = &input.0;
+    let bindings = [InputBinding::new(x, input)];
+    let mut held = Vec::new();
+    for i in 0..12u32 {
+        let options = RunOptions {
+            inputs: &bindings,
+            executor: (i % 2 == 1).then_some(&executor),
+            ..RunOptions::default()
+        };
+        let result = graphsched::run(&g, &pool, &options).unwrap();
+        let n = RUNS.load(Ordering::Relaxed) - 1;
+        assert_eq!(result.output_bytes(stamp).unwrap(), &[n as u8; 64][..]);
+        held.push((n, result));
+        if i % 4 == 3 {
+            // Drop one from the middle: the others keep theirs.
+            held.remove(held.len() / 2);
+        }
+    }
+    for (n, result) in &held {
+        assert_eq!(
+            result.output_bytes(stamp).unwrap(),
+            &[*n as u8; 64][..],
+            "run {n}'s output changed"
+        );
+        let t = result.output(x).unwrap();
+        assert_eq!(
+            t.data as *const u8,
+            input.as_ptr(),
+            "a bound output is the caller's memory"
+        );
+        assert_eq!(result.output_bytes(x).unwrap(), &input[..]);
+        let sum = result.output_bytes(ValueRef::new(2, 0)).unwrap()[0];
+        assert_eq!(sum, (*n as u8 as u32 * 64) as u8);
+    }
+    assert!(pool.stats().live_bytes > 0, "the held results' outputs are live");
+    // Half dropped on other threads, the rest here, in reverse.
+    let others: Vec<_> = held.drain(..held.len() / 2).collect();
+    std::thread::scope(|s| {
+        for result in others {
+            s.spawn(move || drop(result));
+        }
+    });
+    while let Some(result) = held.pop() {
+        drop(result);
+    }
+    assert_eq!(pool.stats().live_bytes, 0, "a dropped result gives every block back");
+    let again = graphsched::run(
+        &g,
+        &pool,
+        &RunOptions {
+            inputs: &bindings,
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    let n = RUNS.load(Ordering::Relaxed) - 1;
+    assert_eq!(again.output_bytes(stamp).unwrap(), &[n as u8; 64][..]);
+    assert_eq!(again.output_bytes(x).unwrap(), &input[..]);
+}
+
+/// A result's figures and trace are its own run's, whatever ran after it.
+#[test]
+fn a_result_keeps_its_own_figures_and_trace() {
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+    let (g, x, _) = stamped(&RUNS);
+    let pool = Arc::new(Pool::default());
+    let input = Aligned([1u8; 8]);
+    let bindings = [InputBinding::new(x, &input.0)];
+    let traced = graphsched::run(
+        &g,
+        &pool,
+        &RunOptions {
+            inputs: &bindings,
+            trace: true,
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    let plain = graphsched::run(
+        &g,
+        &pool,
+        &RunOptions {
+            inputs: &bindings,
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(traced.events().len(), 2);
+    assert!(traced.chrome_trace().is_some());
+    assert!(plain.events().is_empty() && plain.chrome_trace().is_none());
+    assert_eq!((traced.stats().nodes_run, plain.stats().nodes_run), (2, 2));
+    drop(traced);
+    // The arrays the traced result held serve the next run, which has no trace of its own.
+    let next = graphsched::run(
+        &g,
+        &pool,
+        &RunOptions {
+            inputs: &bindings,
+            ..RunOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(next.events().is_empty() && next.chrome_trace().is_none());
+}
