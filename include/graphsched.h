@@ -1073,7 +1073,9 @@ gs_status gs_result_write_trace(const struct gs_run_result *result, const char *
 
 // Frees a result; its output buffers go back to the pool. NULL does nothing.
 //
-// Returns the result's buffers to its pool, which the result keeps alive until then.
+// Returns the result's buffers to its pool, which the result keeps alive until then, and its
+// run's per-value arrays to the graph for its next run (a run while a result lives takes
+// another set: free results once their outputs are read).
 // Thread-safe with respect to other handles; no other call may be using this handle, on any
 // thread.
 //

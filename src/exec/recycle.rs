@@ -117,7 +117,7 @@ impl Drop for SpareArrays {
     }
 }
 
-/// The graph's spare arrays and output lists, and what every run starts from.
+/// The graph's spare arrays, and what every run starts from.
 struct Bin {
     /// Per value: readers, plus one for a graph output.
     initial_refs: Box<[u32]>,
