@@ -818,7 +818,7 @@ gs_status gs_graph_add_node(struct gs_graph *graph,
                             uint32_t *out_node);
 
 // Marks a value as a graph output: it survives the run in the result. A graph input marked as
-// an output is handed back as the caller's own memory.
+// an output is copied into the result, which owns all it hands back.
 //
 // Thread-safe: calls on one graph are serialized by its lock (node ids then follow the order the
 // calls took it).

@@ -1,8 +1,9 @@
 //! A result holds its run's arrays (`exec/run.rs`): its outputs are read where the run left
 //! them, later runs of the graph take other arrays while it lives, and dropping it, on any
-//! thread, in any order, gives its blocks and the arrays back.
+//! thread, in any order, gives its blocks and the arrays back. It owns all it shows: a binding
+//! marked as a graph output is copied.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use graphsched::{Executor, Graph, GraphBuilder, InputBinding, NodeDesc, Pool, RunOptions, ValueRef};
@@ -11,8 +12,12 @@ use graphsched::{Executor, Graph, GraphBuilder, InputBinding, NodeDesc, Pool, Ru
 #[repr(C, align(16))]
 struct Aligned([u8; 8]);
 
+/// Set: `stamp` fails.
+static FAIL: AtomicBool = AtomicBool::new(false);
+
 /// Graph input `x` (8 bytes), marked as a graph output too; `stamp` writes the run's number
-/// (counted in `runs`) into its 64-byte output, marked; `sum` reads both and writes a byte.
+/// (counted in `runs`) into its 64-byte output, marked, or fails while `FAIL` is set; `sum`
+/// writes a byte: `x`'s first plus the stamp's bytes.
 fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
     let mut b = GraphBuilder::new();
     let x = b.add_input("x", 8).unwrap();
@@ -22,6 +27,9 @@ fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
                 "stamp",
                 "Stamp",
                 Box::new(move |ctx: &mut graphsched::KernelCtx<'_>| {
+                    if FAIL.load(Ordering::Relaxed) {
+                        return Err("refused".to_string());
+                    }
                     let n = runs.fetch_add(1, Ordering::Relaxed);
                     ctx.output_bytes(0).unwrap().fill(n as u8);
                     Ok(())
@@ -37,7 +45,8 @@ fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
                 "sum",
                 "Sum",
                 Box::new(|ctx: &mut graphsched::KernelCtx<'_>| {
-                    let total: u32 = ctx.input_bytes(1).unwrap().iter().map(|&b| b as u32).sum();
+                    let first = ctx.input_bytes(0).unwrap()[0] as u32;
+                    let total: u32 = first + ctx.input_bytes(1).unwrap().iter().map(|&b| b as u32).sum::<u32>();
                     ctx.output_bytes(0).unwrap()[0] = total as u8;
                     Ok(())
                 }),
@@ -54,25 +63,32 @@ fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
     (Arc::new(b.finalize().unwrap()), x, stamp)
 }
 
-/// Results held at once keep their own outputs while later runs go on, and a graph input marked
-/// as an output is the caller's memory; dropped out of order, and on other threads, they leave
-/// the pool holding nothing, and later runs still work.
+/// Results held at once keep their own outputs while later runs go on (on the caller, on an
+/// executor, on the graph's own plan, and one that fails); a graph input marked as an output is
+/// the result's own copy. Dropped out of order, and on other threads, they leave the pool
+/// holding nothing, and later runs still work.
 #[test]
 fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
     static RUNS: AtomicU32 = AtomicU32::new(0);
     let (g, x, stamp) = stamped(&RUNS);
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
-    let input = Aligned([7u8; 8]);
-    let input = &input.0;
-    let bindings = [InputBinding::new(x, input)];
+    let mut input = Box::new(Aligned([7u8; 8]));
+    let bindings = [InputBinding::new(x, &input.0)];
     let mut held = Vec::new();
-    for i in 0..12u32 {
+    for i in 0..15u32 {
         let options = RunOptions {
             inputs: &bindings,
-            executor: (i % 2 == 1).then_some(&executor),
+            executor: (i % 3 == 1).then_some(&executor),
+            force_executor: true,
+            auto_plan: i % 3 == 2,
             ..RunOptions::default()
         };
+        if i == 7 {
+            FAIL.store(true, Ordering::Relaxed);
+            assert!(graphsched::run(&g, &pool, &options).is_err());
+            FAIL.store(false, Ordering::Relaxed);
+        }
         let result = graphsched::run(&g, &pool, &options).unwrap();
         let n = RUNS.load(Ordering::Relaxed) - 1;
         assert_eq!(result.output_bytes(stamp).unwrap(), &[n as u8; 64][..]);
@@ -82,6 +98,9 @@ fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
             held.remove(held.len() / 2);
         }
     }
+    // The caller's memory may change once the runs are over (the bindings' borrow has ended):
+    // the results do not see it.
+    input.0 = [9; 8];
     for (n, result) in &held {
         assert_eq!(
             result.output_bytes(stamp).unwrap(),
@@ -89,14 +108,14 @@ fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
             "run {n}'s output changed"
         );
         let t = result.output(x).unwrap();
-        assert_eq!(
+        assert_ne!(
             t.data as *const u8,
-            input.as_ptr(),
-            "a bound output is the caller's memory"
+            input.0.as_ptr(),
+            "a bound output is the result's copy"
         );
-        assert_eq!(result.output_bytes(x).unwrap(), &input[..]);
+        assert_eq!(result.output_bytes(x).unwrap(), &[7u8; 8][..]);
         let sum = result.output_bytes(ValueRef::new(2, 0)).unwrap()[0];
-        assert_eq!(sum, (*n as u8 as u32 * 64) as u8);
+        assert_eq!(sum, (*n as u8 as u32 * 64 + 7) as u8);
     }
     assert!(pool.stats().live_bytes > 0, "the held results' outputs are live");
     // Half dropped on other threads, the rest here, in reverse.
@@ -110,6 +129,7 @@ fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
         drop(result);
     }
     assert_eq!(pool.stats().live_bytes, 0, "a dropped result gives every block back");
+    let bindings = [InputBinding::new(x, &input.0)];
     let again = graphsched::run(
         &g,
         &pool,
@@ -121,7 +141,7 @@ fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
     .unwrap();
     let n = RUNS.load(Ordering::Relaxed) - 1;
     assert_eq!(again.output_bytes(stamp).unwrap(), &[n as u8; 64][..]);
-    assert_eq!(again.output_bytes(x).unwrap(), &input[..]);
+    assert_eq!(again.output_bytes(x).unwrap(), &[9u8; 8][..]);
 }
 
 /// A result's figures and trace are its own run's, whatever ran after it.

@@ -47,7 +47,7 @@ pub(super) struct RunArrays {
 
 // SAFETY: in the bin the arrays belong to nobody: every slot and cache is empty (no pointer to
 // anything). A run that takes them owns them alone, and so does the result it hands them to
-// (whose output slots point at blocks it owns), until they are given back.
+// (whose output slots and outcome's arena point at blocks it owns), until they are given back.
 unsafe impl Send for RunArrays {}
 
 /// Spare things of one kind: as many as the graph's runs and results that lived at once, up

@@ -412,13 +412,10 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 ),
             );
         }
-        (
-            state.take_arrays(),
-            state.stats(),
-            state.busy_ns(),
-            state.take_events(),
-            state.take_arena(),
-        )
+        state.copy_bound_outputs()?;
+        // The arrays last: they take the state's priorities with them.
+        let (stats, busy_ns, events, arena) = (state.stats(), state.busy_ns(), state.take_events(), state.take_arena());
+        (state.take_arrays(), stats, busy_ns, events, arena)
     };
     arrays.outcome = Outcome {
         stats: RunStats {

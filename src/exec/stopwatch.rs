@@ -19,8 +19,8 @@ use std::time::Instant;
 
 /// Counter ticks between the anchor and the first measurement of the rate: about 1 ms at 2 GHz,
 /// so that a bracket's width (below [`BRACKET_TICKS`]) is at most 2e-3 of it. Runs until then
-/// read `Instant` twice, 60-80 ns on a virtual machine: a process's first thousands of short
-/// runs, when this was 10 ms.
+/// read `Instant` twice, 60-80 ns on a virtual machine: soon, so that a process's short runs
+/// rarely pay it.
 const CALIBRATION_TICKS: u64 = 1 << 21;
 /// The rate is measured again at twice the span each time, up to this many ticks (about 3 s at
 /// 3 GHz), where a bracket's width is below 1e-5 of the span.

@@ -134,8 +134,8 @@ impl Graph {
     }
 
     /// What `layer` keeps per graph, created by `init` on first use: the scheduler's learned
-    /// durations and priorities, the runs' recycled state. Stored without its type, so that
-    /// `graph` depends on nothing above it.
+    /// durations and priorities, the runs' recycled state. Stored as `dyn Any` with its type's
+    /// id, so that `graph` depends on nothing above it.
     ///
     /// # Panics
     /// If a different type was stored first: each layer stores one type, always the same.
