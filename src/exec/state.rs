@@ -510,6 +510,7 @@ impl RunState<'_> {
     /// the pool: the caller's memory need outlive only the run, and a result owns all it shows.
     /// Rare (an engine seldom asks for an input back), so a copy rather than a borrow the result
     /// would have to carry. Before [`take_arrays`](Self::take_arrays).
+    #[inline]
     pub fn copy_bound_outputs(&mut self) -> Result<()> {
         let g = self.graph;
         for &node in g.graph_inputs() {
