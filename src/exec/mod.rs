@@ -48,6 +48,7 @@ mod executor;
 pub mod fault;
 mod finish;
 mod gate;
+mod handover;
 mod hints;
 mod kernel_call;
 mod lean;
