@@ -63,6 +63,16 @@ fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
     (Arc::new(b.finalize().unwrap()), x, stamp)
 }
 
+/// One run of `g` on the caller with `bindings`, traced if `trace`.
+fn run_bound(g: &Arc<Graph>, pool: &Arc<Pool>, bindings: &[InputBinding<'_>], trace: bool) -> graphsched::RunResult {
+    let options = RunOptions {
+        inputs: bindings,
+        trace,
+        ..RunOptions::default()
+    };
+    graphsched::run(g, pool, &options).unwrap()
+}
+
 /// Results held at once keep their own outputs while later runs go on (on the caller, on an
 /// executor, on the graph's own plan, and one that fails); a graph input marked as an output is
 /// the result's own copy. Dropped out of order, and on other threads, they leave the pool
@@ -130,15 +140,7 @@ fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
     }
     assert_eq!(pool.stats().live_bytes, 0, "a dropped result gives every block back");
     let bindings = [InputBinding::new(x, &input.0)];
-    let again = graphsched::run(
-        &g,
-        &pool,
-        &RunOptions {
-            inputs: &bindings,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap();
+    let again = run_bound(&g, &pool, &bindings, false);
     let n = RUNS.load(Ordering::Relaxed) - 1;
     assert_eq!(again.output_bytes(stamp).unwrap(), &[n as u8; 64][..]);
     assert_eq!(again.output_bytes(x).unwrap(), &[9u8; 8][..]);
@@ -152,39 +154,14 @@ fn a_result_keeps_its_own_figures_and_trace() {
     let pool = Arc::new(Pool::default());
     let input = Aligned([1u8; 8]);
     let bindings = [InputBinding::new(x, &input.0)];
-    let traced = graphsched::run(
-        &g,
-        &pool,
-        &RunOptions {
-            inputs: &bindings,
-            trace: true,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap();
-    let plain = graphsched::run(
-        &g,
-        &pool,
-        &RunOptions {
-            inputs: &bindings,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap();
+    let traced = run_bound(&g, &pool, &bindings, true);
+    let plain = run_bound(&g, &pool, &bindings, false);
     assert_eq!(traced.events().len(), 2);
     assert!(traced.chrome_trace().is_some());
     assert!(plain.events().is_empty() && plain.chrome_trace().is_none());
     assert_eq!((traced.stats().nodes_run, plain.stats().nodes_run), (2, 2));
     drop(traced);
     // The arrays the traced result held serve the next run, which has no trace of its own.
-    let next = graphsched::run(
-        &g,
-        &pool,
-        &RunOptions {
-            inputs: &bindings,
-            ..RunOptions::default()
-        },
-    )
-    .unwrap();
+    let next = run_bound(&g, &pool, &bindings, false);
     assert!(next.events().is_empty() && next.chrome_trace().is_none());
 }
