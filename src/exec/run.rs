@@ -179,9 +179,9 @@ impl CancelToken {
 pub struct RunResult {
     graph: Arc<Graph>,
     pool: Arc<Pool>,
-    /// Only the graph outputs' slots hold anything (`RunState::take_arrays`). Given back to
-    /// the graph when the result drops.
-    /// Its `outcome` holds the run's figures, events and arena.
+    /// Only the graph outputs' slots hold anything (`RunState::take_arrays`), and its
+    /// `outcome` holds the run's figures, events and arena. Given back to the graph when the
+    /// result drops.
     arrays: ManuallyDrop<Box<RunArrays>>,
 }
 
@@ -268,7 +268,7 @@ impl Drop for RunResult {
         let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
         // Each slot emptied (its two pointers: the rest is rewritten before it is read again);
         // small blocks kept in the arrays' reserve for the graph's next run, the rest back to
-        // the pool under one lock. A binding marked as output is caller memory: no block.
+        // the pool under one lock (a binding marked as output was copied into one).
         let (slots, reserve) = (&mut arrays.slots, &mut arrays.reserve);
         let pool = &*self.pool;
         let blocks = self.graph.graph_outputs().iter().filter_map(|&v| {
