@@ -321,4 +321,9 @@ impl Buffer {
             block: capacity,
         }
     }
+
+    /// Whether `inner` starts inside this buffer (an arena holding a value); never for NONE.
+    pub fn holds(&self, inner: Buffer) -> bool {
+        (inner.ptr as usize).wrapping_sub(self.ptr as usize) < self.capacity
+    }
 }

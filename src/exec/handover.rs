@@ -1,6 +1,6 @@
 //! A run's state at its end. After success its arrays go to the result (`RunResult`), graph
-//! outputs still in their slots, bindings marked as outputs copied so that the result owns all
-//! it shows. After a failure whatever the run still holds goes back, and the arrays, every slot
+//! outputs still in their slots, bindings emptied or, marked as outputs, copied so that the
+//! result owns all it shows. After a failure whatever the run still holds goes back, and the arrays, every slot
 //! empty, to the graph for its next run.
 
 use std::mem::ManuallyDrop;
@@ -13,19 +13,21 @@ use crate::kernel::{Buffer, Slot};
 use crate::pool::{Owner, NEVER};
 
 impl RunState<'_> {
-    /// Gives the result its own copy of each binding marked as a graph output, in a block of
-    /// the pool: the caller's memory need outlive only the run, and a result owns all it shows.
-    /// Rare (an engine seldom asks for an input back), so a copy rather than a borrow the result
-    /// would have to carry. Before [`take_arrays`](Self::take_arrays).
+    /// Ends the run's bindings (caller memory, nothing to give back): each emptied, but for one
+    /// marked as a graph output, which the result gets its own copy of, in a block of the pool:
+    /// the caller's memory need outlive only the run, and a result owns all it shows. Rare (an
+    /// engine seldom asks for an input back), so a copy rather than a borrow the result would
+    /// have to carry. Before [`take_arrays`](Self::take_arrays).
     #[inline]
-    pub fn copy_bound_outputs(&mut self) -> Result<()> {
+    pub fn end_bindings(&mut self) -> Result<()> {
         let g = self.graph;
         for &node in g.graph_inputs() {
             let v = g.node_values(node).start;
+            let slot = self.slots[v as usize].get_mut();
             if !g.is_graph_output(v) {
+                *slot = Slot::default();
                 continue;
             }
-            let slot = self.slots[v as usize].get_mut();
             let bytes = slot.tensor.nbytes;
             let block = self.pool.acquire_until(bytes.max(1), false, NEVER, Owner::Run)?;
             // SAFETY: the binding is readable for `nbytes` bytes while the run goes on (its
@@ -41,17 +43,10 @@ impl RunState<'_> {
 
     /// Ends a run that succeeded: its arrays, for the result to hold while it lives
     /// (`RunResult`), with the graph's priorities. Only the graph outputs' slots still hold
-    /// anything: every other value was freed by its last reader, and the bindings (caller
-    /// memory, nothing to give back) are emptied here; one that is a graph output was copied
-    /// (`copy_bound_outputs`). The last call on the state: `prio` has gone with the arrays.
+    /// anything: every other value was freed by its last reader, and the bindings were ended
+    /// (`end_bindings`). The last call on the state: `prio` has gone with the arrays.
     pub fn take_arrays(&mut self) -> Box<RunArrays> {
         let g = self.graph;
-        for &node in g.graph_inputs() {
-            let v = g.node_values(node).start;
-            if !g.is_graph_output(v) {
-                *self.slots[v as usize].get_mut() = Slot::default();
-            }
-        }
         debug_assert!(
             self.slots.iter_mut().enumerate().all(|(v, s)| {
                 let s = s.get_mut();

@@ -265,7 +265,6 @@ impl Drop for RunResult {
         let arena = std::mem::replace(&mut arrays.outcome.arena, Buffer::NONE);
         // The figures stay (rewritten by the run that next holds the arrays); the events go.
         drop(std::mem::take(&mut arrays.outcome.events));
-        let in_arena = |b: &Buffer| (b.ptr as usize).wrapping_sub(arena.ptr as usize) < arena.capacity;
         // Each slot emptied (its two pointers: the rest is rewritten before it is read again);
         // small blocks kept in the arrays' reserve for the graph's next run, the rest back to
         // the pool under one lock (a binding marked as output was copied into one).
@@ -273,7 +272,7 @@ impl Drop for RunResult {
         let pool = &*self.pool;
         let blocks = self.graph.graph_outputs().iter().filter_map(|&v| {
             let b = empty_slot(slots[v as usize].get_mut());
-            (!b.ptr.is_null() && !in_arena(&b) && !reserve.keep_live(pool, b)).then_some(b)
+            (!b.ptr.is_null() && !arena.holds(b) && !reserve.keep_live(pool, b)).then_some(b)
         });
         release_many(pool, blocks, false);
         release(pool, arena);
@@ -412,7 +411,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 ),
             );
         }
-        state.copy_bound_outputs()?;
+        state.end_bindings()?;
         // The arrays last: they take the state's priorities with them.
         let (stats, busy_ns, events, arena) = (state.stats(), state.busy_ns(), state.take_events(), state.take_arena());
         (state.take_arrays(), stats, busy_ns, events, arena)

@@ -285,8 +285,7 @@ impl<'r> RunState<'r> {
     }
 
     pub(super) fn in_arena(&self, b: Buffer) -> bool {
-        let (start, p) = (self.arena.ptr as usize, b.ptr as usize);
-        !self.arena.ptr.is_null() && p >= start && p < start + self.arena.capacity
+        self.arena.holds(b)
     }
 
     /// Where the pool should put value `v`'s block, if the run has a hint for it.
