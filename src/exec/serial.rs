@@ -23,6 +23,11 @@ use super::scratch::Scratch;
 use super::state::RunState;
 use crate::error::Result;
 
+/// How many nodes ahead of the one under way a stretch asks for the output slot of: a node's
+/// first touch of its slot is otherwise a cache miss in a long run of small nodes (each slot is
+/// its own line, and a graph of 100,000 values holds 19 MB of them).
+const PREFETCH_AHEAD: usize = 4;
+
 /// Executes every operator node of `order` (topological) on the calling thread.
 pub(super) fn in_order(state: &RunState<'_>, order: &[u32]) {
     let mut scratch = Scratch::for_caller();
@@ -88,6 +93,9 @@ impl RunState<'_> {
         };
         let (g, steps, hinted_run) = (self.graph, self.steps, self.hints.is_some());
         for (i, &node) in order.iter().enumerate() {
+            if let Some(&ahead) = order.get(i + PREFETCH_AHEAD) {
+                self.prefetch_slot(steps[ahead as usize].first);
+            }
             let step = &steps[node as usize];
             let off_path = !step.plain || (step.hinted && hinted_run);
             // Without a deadline, only a cancellation stops the run: one load, not a call.
