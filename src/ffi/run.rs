@@ -358,9 +358,8 @@ fn boxed_result(value: gs_run_result) -> Box<gs_run_result> {
 /// Drops a freed result and keeps its allocation as the thread's spare.
 fn keep_result_box(result: Box<gs_run_result>) {
     let raw = Box::into_raw(result);
-    // SAFETY: `raw` came from a live box; the value is dropped where it is (not moved out: it
-    // is 150 bytes), once, and the allocation is then owned as uninitialized memory of the
-    // same layout.
+    // SAFETY: `raw` came from a live box; the value is dropped where it is, once, and the
+    // allocation is then owned as uninitialized memory of the same layout.
     let spare = unsafe {
         std::ptr::drop_in_place(raw);
         Box::from_raw(raw.cast::<MaybeUninit<gs_run_result>>())
