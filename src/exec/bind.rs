@@ -1,7 +1,5 @@
 //! Binding a run's graph inputs to caller memory, with a sentence for each way it can be wrong.
 
-use std::cell::UnsafeCell;
-
 use super::run::InputBinding;
 use super::state::{RunState, Slot};
 use crate::error::{err, ErrorKind, Result};
@@ -33,7 +31,7 @@ impl RunState<'_> {
         let g = self.graph;
         // A slot starts empty (see `recycle.rs`) and a binding fills it with a non-NULL pointer:
         // a filled one was bound by an earlier binding.
-        let bound = |slots: &mut [UnsafeCell<Slot>], v: u32| !slots[v as usize].get_mut().tensor.data.is_null();
+        let bound = |state: &mut Self, v: u32| !state.slot_mut(v).tensor.data.is_null();
         for (i, b) in bindings.iter().enumerate() {
             let (value, tensor) = (b.value(), *b.tensor());
             let node = value.node;
@@ -50,7 +48,7 @@ impl RunState<'_> {
             }
             let name = g.node_name(node);
             let v = g.node_values(node).start;
-            if bound(&mut self.slots, v) {
+            if bound(self, v) {
                 let first = bindings.iter().position(|b| b.value() == value).unwrap_or(i);
                 return err(
                     ErrorKind::InputBinding,
@@ -82,16 +80,12 @@ impl RunState<'_> {
                     ),
                 );
             }
-            *self.slots[v as usize].get_mut() = Slot {
+            *self.slot_mut(v) = Slot {
                 tensor,
                 buffer: Buffer::NONE,
             };
         }
-        if let Some(&node) = g
-            .graph_inputs()
-            .iter()
-            .find(|&&n| !bound(&mut self.slots, g.node_values(n).start))
-        {
+        if let Some(&node) = g.graph_inputs().iter().find(|&&n| !bound(self, g.node_values(n).start)) {
             return err(
                 ErrorKind::InputBinding,
                 format!("graph input '{}' (node {node}) is not bound", g.node_name(node)),

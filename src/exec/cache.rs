@@ -80,7 +80,7 @@ pub(super) fn cache_count(pool: &Pool, memory_limit: u64, threads: usize) -> usi
 impl RunState<'_> {
     /// The graph's reserve of small blocks, if this run keeps blocks there (`reserve.rs`).
     fn reserve(&self) -> Option<&Reserve> {
-        let reserve = &self.arrays.as_deref()?.reserve;
+        let reserve = &self.arrays.reserve;
         reserve.is_of(self.pool).then_some(reserve)
     }
 

@@ -317,9 +317,10 @@ impl RunArrays {
         }
     }
 
-    /// Sets the counters to where a run starts: `initial_refs` as [`templates`] gives them,
-    /// `prio` the pending counts.
-    pub fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
+    /// Sets the counters to where a run of `graph` starts: the reference counts from its
+    /// template ([`templates`]), the pending counts from `prio`.
+    pub fn reset(&mut self, graph: &Graph, prio: &Priorities) {
+        let (_, initial_refs) = templates(graph);
         for (r, &start) in self.refs.iter_mut().zip(initial_refs) {
             *r.get_mut() = start;
         }
@@ -334,5 +335,48 @@ impl RunArrays {
             return; // not arrays of this graph's runs (none yet: the run took none)
         }
         bin(graph).arrays.keep(self);
+    }
+}
+
+/// Arrays lent to a run of `graph` (`RunArrays::take`): the run's state borrows them while it
+/// lives (`RunState::new`), and then they go to the run's result (`keep`) or, the run having
+/// failed, back to the graph when this drops (the state's drop emptied every slot first).
+pub(super) struct Lent<'g> {
+    arrays: Option<Box<RunArrays>>,
+    graph: &'g Graph,
+}
+
+impl<'g> Lent<'g> {
+    pub fn take(graph: &'g Graph) -> Self {
+        Lent {
+            arrays: Some(RunArrays::take(graph)),
+            graph,
+        }
+    }
+
+    /// The arrays, to be held by the run's result.
+    pub fn keep(mut self) -> Box<RunArrays> {
+        self.arrays.take().expect("lent arrays are kept once")
+    }
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = RunArrays;
+    fn deref(&self) -> &RunArrays {
+        self.arrays.as_deref().expect("lent arrays are there until kept")
+    }
+}
+
+impl std::ops::DerefMut for Lent<'_> {
+    fn deref_mut(&mut self) -> &mut RunArrays {
+        self.arrays.as_deref_mut().expect("lent arrays are there until kept")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(arrays) = self.arrays.take() {
+            arrays.give_back(self.graph);
+        }
     }
 }

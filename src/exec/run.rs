@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::cache::{empty_slot, release, release_many};
 use super::executor::Executor;
 use super::outcome::{Outcome, RunStats};
-use super::recycle::RunArrays;
+use super::recycle::{Lent, RunArrays};
 use super::state::{RunState, StateOptions};
 use super::stopwatch::Stopwatch;
 use crate::error::{err, ErrorKind, Result};
@@ -179,7 +179,7 @@ impl CancelToken {
 pub struct RunResult {
     graph: Arc<Graph>,
     pool: Arc<Pool>,
-    /// Only the graph outputs' slots hold anything (`RunState::take_arrays`), and its
+    /// Only the graph outputs' slots hold anything (`RunState::finish`), and its
     /// `outcome` holds the run's figures, events and arena. Given back to the graph when the
     /// result drops.
     arrays: ManuallyDrop<Box<RunArrays>>,
@@ -321,7 +321,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             );
         }
     }
-    let mut arrays = RunArrays::take(graph);
+    let mut arrays = Lent::take(graph);
     let (graph_prio, samples) = arrays.priorities(graph);
     let executor = options.executor.filter(|e| spreads(graph, &graph_prio, e, options));
     let plan = match options.plan {
@@ -359,12 +359,14 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         _ => (graph_prio, Some(samples)),
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
-    // A block, so that the state drops where it lies: `drop(state)` moved it whole first.
-    let (mut arrays, (nodes_run, peak_live_bytes, acquires), busy_ns, events, arena) = {
+    arrays.reset(graph, &prio.0);
+    // A block, so that the state drops where it lies (`drop(state)` moved it whole first), and
+    // before the arrays it borrows: after a failure they go back to the graph empty.
+    let ((nodes_run, peak_live_bytes, acquires), busy_ns, events, arena, prio) = {
         let mut state = RunState::new(
             graph,
             pool,
-            arrays,
+            &arrays,
             StateOptions {
                 memory_limit: options.memory_limit_bytes,
                 window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
@@ -412,10 +414,11 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             );
         }
         state.end_bindings()?;
-        // The arrays last: they take the state's priorities with them.
         let (stats, busy_ns, events, arena) = (state.stats(), state.busy_ns(), state.take_events(), state.take_arena());
-        (state.take_arrays(), stats, busy_ns, events, arena)
+        (stats, busy_ns, events, arena, state.finish())
     };
+    let mut arrays = arrays.keep();
+    arrays.prio = prio;
     arrays.outcome = Outcome {
         stats: RunStats {
             wall_ns: stopwatch.elapsed_ns(),

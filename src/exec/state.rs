@@ -82,28 +82,29 @@ pub(super) struct StateOptions<'r> {
 pub(super) struct RunState<'r> {
     pub graph: &'r Graph,
     pub pool: &'r Pool,
-    /// Taken back (without touching its count) when the state drops: see `StateOptions::prio`.
+    /// Handed back by `finish` (without touching its count), or dropped with the state: see
+    /// `StateOptions::prio`.
     pub prio: ManuallyDrop<Arc<Priorities>>,
     pub(super) prio_samples: Option<u64>,
-    /// The box the arrays came in, their fields moved into this state until it drops or hands
-    /// them to the result (`take_arrays`).
-    pub(super) arrays: Option<Box<RunArrays>>,
+    /// The arrays the run goes in, lent to it alone (`recycle::Lent`) while the state lives;
+    /// the fields below are theirs, borrowed once here for the hot paths.
+    pub(super) arrays: &'r RunArrays,
     /// Per value: its descriptor and buffer, written once by its producer (module docs).
-    pub(super) slots: ManuallyDrop<Box<[UnsafeCell<Slot>]>>,
+    pub(super) slots: &'r [UnsafeCell<Slot>],
     /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
     /// in `slots`. Fixed for the arrays' life, so a kernel's inputs are a slice of it.
-    pub(super) inputs: ManuallyDrop<Box<[*const Tensor]>>,
+    pub(super) inputs: &'r [*const Tensor],
     /// Per value: readers still to finish, plus one for a graph output. The decrement that
     /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
     /// after every read. A value with a single read and no place in the result is never
     /// counted down: its one reader frees it (its count stays 1, which `take_over` reads as
     /// "this node is the last reader", as it is).
-    pub(super) refs: ManuallyDrop<Box<[AtomicU32]>>,
+    pub(super) refs: &'r [AtomicU32],
     /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
     /// node ready: it is ordered after every producer's slot writes. A node with a single
     /// producer is never counted down: that producer makes it ready, and hands it over on its
     /// own thread or through a queue, which orders the slot writes as the count would.
-    pub(super) pending: ManuallyDrop<Box<[AtomicU32]>>,
+    pub(super) pending: &'r [AtomicU32],
     /// Queued, running and deferred tasks and pending nodes of the run (module docs): reaches 0
     /// exactly once, when the run is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
     /// writes it: on its own cache line.
@@ -134,7 +135,7 @@ pub(super) struct RunState<'r> {
     /// zones (the pool's own count must then stay exact, and every block is checked). In a
     /// sequential run the pool counts the cached blocks as parked, not live (`sequential`); in a
     /// parallel run as live until the run ends.
-    pub(super) caches: ManuallyDrop<Box<[UnsafeCell<BlockCache>]>>,
+    pub(super) caches: &'r [UnsafeCell<BlockCache>],
     /// Per node: what executing it needs (`recycle::Step`).
     pub(super) steps: &'r [Step],
     /// Per value: what its count in `refs` starts from.
@@ -171,6 +172,8 @@ pub(super) struct RunState<'r> {
     pub(super) observer: Option<&'r dyn Observer>,
     /// When the run started, if it is traced or observed (their times count from it).
     pub(super) started: Option<Instant>,
+    /// The run ended well and `finish` handed its priorities back: the drop has nothing to do.
+    pub(super) finished: bool,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -181,9 +184,9 @@ unsafe impl Sync for RunState<'_> {}
 unsafe impl Send for RunState<'_> {}
 
 impl<'r> RunState<'r> {
-    /// The state of a run of `graph` in `arrays` (`RunArrays::take`, then `fit_caches` to
-    /// [`cache_count`](super::cache::cache_count)), their counters set here.
-    pub fn new(graph: &'r Graph, pool: &'r Pool, mut arrays: Box<RunArrays>, options: StateOptions<'r>) -> Self {
+    /// The state of a run of `graph` in `arrays` (`recycle::Lent`, then `fit_caches` to
+    /// [`cache_count`](super::cache::cache_count), and `reset` for the run's priorities).
+    pub fn new(graph: &'r Graph, pool: &'r Pool, arrays: &'r RunArrays, options: StateOptions<'r>) -> Self {
         let StateOptions {
             memory_limit,
             window,
@@ -201,27 +204,17 @@ impl<'r> RunState<'r> {
             prio: (prio, prio_samples),
         } = options;
         let (steps, initial_refs) = super::recycle::templates(graph);
-        arrays.reset(initial_refs, &prio);
-        // The arrays' fields move here, and back in `stow`: an empty boxed slice left behind
-        // owns no memory, and neither side drops one (`ManuallyDrop`, `forget`).
-        let (slots, inputs, refs, pending, caches) = (
-            ManuallyDrop::new(std::mem::take(&mut arrays.slots)),
-            ManuallyDrop::new(std::mem::take(&mut arrays.inputs)),
-            ManuallyDrop::new(std::mem::take(&mut arrays.refs)),
-            ManuallyDrop::new(std::mem::take(&mut arrays.pending)),
-            ManuallyDrop::new(std::mem::take(&mut arrays.caches)),
-        );
-        let cached = caches.len();
+        let cached = arrays.caches.len();
         RunState {
             graph,
             pool,
             prio: ManuallyDrop::new(prio),
             prio_samples,
-            arrays: Some(arrays),
-            slots,
-            inputs,
-            refs,
-            pending,
+            arrays,
+            slots: &arrays.slots,
+            inputs: &arrays.inputs,
+            refs: &arrays.refs,
+            pending: &arrays.pending,
             active: CachePadded(AtomicUsize::new(0)),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
@@ -243,7 +236,7 @@ impl<'r> RunState<'r> {
                 running: AtomicU32::new(0),
                 deferred: Mutex::new(Vec::new()),
             }),
-            caches,
+            caches: &arrays.caches,
             steps,
             initial_refs,
             plain_run: plan.is_none(),
@@ -263,7 +256,16 @@ impl<'r> RunState<'r> {
             context,
             observer,
             started,
+            finished: false,
         }
+    }
+
+    /// The slot of value `v`, for the calling thread: `&mut self` is had only before any node
+    /// runs or once the run is over (its tasks borrow the state), and the arrays are lent to
+    /// this state alone.
+    pub(super) fn slot_mut(&mut self, v: u32) -> &mut Slot {
+        // SAFETY: as above, no other reference into the slot exists meanwhile.
+        unsafe { &mut *self.slots[v as usize].get() }
     }
 
     /// Takes the arena of a planned run from the pool. Before any node runs.
