@@ -317,10 +317,9 @@ impl RunArrays {
         }
     }
 
-    /// Sets the counters to where a run of `graph` starts: the reference counts from its
-    /// template ([`templates`]), the pending counts from `prio`.
-    pub fn reset(&mut self, graph: &Graph, prio: &Priorities) {
-        let (_, initial_refs) = templates(graph);
+    /// Sets the counters to where a run starts: `initial_refs` as [`templates`] gives them,
+    /// `prio` the pending counts.
+    pub fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
         for (r, &start) in self.refs.iter_mut().zip(initial_refs) {
             *r.get_mut() = start;
         }

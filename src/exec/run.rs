@@ -359,7 +359,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         _ => (graph_prio, Some(samples)),
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
-    arrays.reset(graph, &prio.0);
+    let templates = super::recycle::templates(graph);
+    arrays.reset(templates.1, &prio.0);
     // A block, so that the state drops where it lies (`drop(state)` moved it whole first), and
     // before the arrays it borrows: after a failure they go back to the graph empty.
     let ((nodes_run, peak_live_bytes, acquires), busy_ns, events, arena, prio) = {
@@ -386,6 +387,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 observer: options.observer,
                 started,
                 prio,
+                templates,
             },
         );
         state.bind(options.inputs)?;

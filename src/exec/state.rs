@@ -77,6 +77,9 @@ pub(super) struct StateOptions<'r> {
     /// The priorities the run follows; if they are the graph's own, with the count of learned
     /// samples they are current for (the run keeps them with its arrays for the next one).
     pub prio: (Arc<Priorities>, Option<u64>),
+    /// The graph's steps and initial reference counts (`recycle::templates`), which the arrays
+    /// were reset from.
+    pub templates: (&'r [Step], &'r [u32]),
 }
 
 pub(super) struct RunState<'r> {
@@ -185,7 +188,8 @@ unsafe impl Send for RunState<'_> {}
 
 impl<'r> RunState<'r> {
     /// The state of a run of `graph` in `arrays` (`recycle::Lent`, then `fit_caches` to
-    /// [`cache_count`](super::cache::cache_count), and `reset` for the run's priorities).
+    /// [`cache_count`](super::cache::cache_count), and `reset` from the run's templates and
+    /// priorities).
     pub fn new(graph: &'r Graph, pool: &'r Pool, arrays: &'r RunArrays, options: StateOptions<'r>) -> Self {
         let StateOptions {
             memory_limit,
@@ -202,8 +206,8 @@ impl<'r> RunState<'r> {
             observer,
             started,
             prio: (prio, prio_samples),
+            templates: (steps, initial_refs),
         } = options;
-        let (steps, initial_refs) = super::recycle::templates(graph);
         let cached = arrays.caches.len();
         RunState {
             graph,
