@@ -1,13 +1,15 @@
 //! One thread's heap (see `heaps.rs` for the model): free blocks in inline bins by size, the
-//! blocks it handed out, its counts, and the spin lock that guards them. Its owner takes the lock
-//! on every call; another thread only to release a block the heap handed out, to drain it or to
+//! blocks it handed out, its counts, and the lock that guards them (`heap_lock.rs`, biased to
+//! the owner: its calls take it without a locked instruction). Its owner takes the lock on every
+//! call; another thread visits only to release a block the heap handed out, to drain it or to
 //! read its counts. Lock order: a heap, then the central mutex.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::arena::GRAIN;
 use super::central::Locked;
+use super::heap_lock::HeapLock;
 use super::out_table::{Out, OutTable};
 use super::sanitize;
 use super::slab::Classes;
@@ -24,15 +26,19 @@ const LARGE_BINS: usize = 16;
 /// One thread's heap. Aligned so that two heaps' locks never share a cache line.
 #[repr(align(128))]
 pub(super) struct Heap {
-    locked: AtomicBool,
+    pub(super) lock: HeapLock,
     /// Whether a thread has it as its own.
     pub owned: AtomicBool,
     /// Bytes it has out, as its last call left them: the central pool's peak adds them.
     pub live: AtomicU64,
+    /// Bytes of free blocks in its bins, as its last call left them: a settle visits only heaps
+    /// that have some.
+    pub free: AtomicUsize,
     state: UnsafeCell<HeapState>,
 }
 
-// SAFETY: `state` is only reached through `Heap::lock`, which gives one thread at a time access.
+// SAFETY: `state` is only reached through a `HeapGuard`, made only with `lock` held, which
+// gives one thread at a time access.
 unsafe impl Sync for Heap {}
 // SAFETY: as above; the state holds plain addresses and counts.
 unsafe impl Send for Heap {}
@@ -81,8 +87,9 @@ impl Bin {
     }
 }
 
+/// What a heap's lock guards.
 #[derive(Default)]
-struct HeapState {
+pub(super) struct HeapState {
     /// Free blocks of the slab classes, by class index.
     small: Box<[Bin]>,
     /// Free blocks of the large arena, by block size: at most `LARGE_BINS` sizes, searched in
@@ -95,29 +102,37 @@ struct HeapState {
     stats: PoolStats,
 }
 
-struct HeapGuard<'h>(&'h Heap);
+/// Access to a heap's state while its lock is held: by its owner (`owned`) or by a visitor.
+pub(super) struct HeapGuard<'h> {
+    heap: &'h Heap,
+    owned: bool,
+}
 
 impl std::ops::Deref for HeapGuard<'_> {
     type Target = HeapState;
 
     fn deref(&self) -> &HeapState {
         // SAFETY: the guard holds the heap's lock.
-        unsafe { &*self.0.state.get() }
+        unsafe { &*self.heap.state.get() }
     }
 }
 
 impl std::ops::DerefMut for HeapGuard<'_> {
     fn deref_mut(&mut self) -> &mut HeapState {
         // SAFETY: the guard holds the heap's lock, and `&mut self` makes this the only borrow.
-        unsafe { &mut *self.0.state.get() }
+        unsafe { &mut *self.heap.state.get() }
     }
 }
 
 impl Drop for HeapGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.0.live.store(self.stats.live_bytes, Ordering::Relaxed);
-        self.0.locked.store(false, Ordering::Release);
+        self.heap.live.store(self.stats.live_bytes, Ordering::Relaxed);
+        self.heap.free.store(self.free_bytes, Ordering::Relaxed);
+        match self.owned {
+            true => self.heap.lock.leave_owned(),
+            false => self.heap.lock.leave_visit(),
+        }
     }
 }
 
@@ -125,9 +140,10 @@ impl Heap {
     /// A heap for a pool of `classes` slab classes.
     pub fn new(classes: usize) -> Heap {
         Heap {
-            locked: AtomicBool::new(false),
+            lock: HeapLock::new(),
             owned: AtomicBool::new(true),
             live: AtomicU64::new(0),
+            free: AtomicUsize::new(0),
             state: UnsafeCell::new(HeapState {
                 small: (0..classes).map(|_| Bin::default()).collect(),
                 ..HeapState::default()
@@ -135,33 +151,25 @@ impl Heap {
         }
     }
 
+    /// Its state, for its owner: the calling thread owns the heap (`heaps.rs`).
     #[inline]
-    fn lock(&self) -> HeapGuard<'_> {
-        if self.locked.swap(true, Ordering::Acquire) {
-            self.wait_for_lock();
+    fn own(&self) -> HeapGuard<'_> {
+        self.lock.enter_owned();
+        HeapGuard {
+            heap: self,
+            owned: true,
         }
-        HeapGuard(self)
     }
 
-    /// The lock is held (by another thread draining, reading counts or releasing one of this
-    /// heap's blocks): it keeps it for a few table operations or one central call, so spin,
-    /// then yield, rather than park.
-    #[cold]
-    #[inline(never)]
-    fn wait_for_lock(&self) {
-        let mut spins = 0u32;
-        loop {
-            while self.locked.load(Ordering::Relaxed) {
-                if spins < 100 {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            if !self.locked.swap(true, Ordering::Acquire) {
-                return;
-            }
+    /// Its state, for a visitor that took its lock (`heap_lock::visit_all`).
+    ///
+    /// # Safety
+    /// The caller holds the heap's lock as a visitor, and hands it to the guard (which leaves
+    /// it when dropped).
+    pub unsafe fn visited(&self) -> HeapGuard<'_> {
+        HeapGuard {
+            heap: self,
+            owned: false,
         }
     }
 
@@ -170,7 +178,7 @@ impl Heap {
     /// request whose bin has a block is served inline, a refill out of line.
     #[inline]
     pub fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
-        let mut st = self.lock();
+        let mut st = self.own();
         let (block, class) = match pool.is_small(nbytes) {
             true => {
                 let class = classes.index(nbytes);
@@ -189,28 +197,29 @@ impl Heap {
         acquire_slow(st, pool, nbytes, block, class)
     }
 
-    /// Takes back a block it has out; false if it has no such block out.
+    /// Takes back a block it has out, for its owner; false if it has no such block out.
     #[inline]
     pub fn take_back(&self, pool: &Pool, addr: usize) -> bool {
-        self.lock().take_back(pool, addr)
+        self.own().take_back(pool, addr)
     }
+}
 
+impl HeapState {
     /// Gives its free blocks back to the central pool.
-    pub fn drain(&self, pool: &Pool) {
-        let mut st = self.lock();
-        if st.free_bytes > 0 {
-            st.give_back_all(&mut pool.lock(), false);
+    pub fn drain(&mut self, pool: &Pool) {
+        if self.free_bytes > 0 {
+            self.give_back_all(&mut pool.lock(), false);
         }
     }
 
     /// Its counts.
     pub fn counts(&self) -> PoolStats {
-        self.lock().stats
+        self.stats
     }
 
     /// Restarts its peak at `now`.
-    pub fn reset_peak(&self, now: u64) {
-        self.lock().stats.peak_live_bytes = now;
+    pub fn reset_peak(&mut self, now: u64) {
+        self.stats.peak_live_bytes = now;
     }
 }
 
@@ -288,7 +297,7 @@ impl HeapState {
     /// room goes there inline; one that needs a new bin or goes back to the central pool, out
     /// of line.
     #[inline]
-    fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
+    pub(super) fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
         let Some(out) = self.out.remove(addr) else {
             return false;
         };

@@ -10,10 +10,13 @@
 //! counter that two threads write.
 //!
 //! **Invariants.**
-//! - A heap's state is guarded by the heap's own spin lock. The owning thread takes it on each
-//!   call (uncontended: one atomic swap and one store, on a line no one else writes); other
-//!   threads take it to release a block the heap handed out, and to drain it or read its counts.
-//!   Lock order: a heap, then the central mutex; never the other way round.
+//! - A heap's state is guarded by the heap's own lock (`heap_lock.rs`), biased to its owner.
+//!   The owning thread takes it on each call with plain stores and loads, on a line no one else
+//!   writes; other threads visit (a swap, and a process-wide memory barrier once for all the
+//!   heaps a call visits) to release a block the heap handed out, and to drain it or read its
+//!   counts. A heap has at most one owner: a thread's `LAST` names a heap only while the thread
+//!   holds it (`Attached`). Lock order: heaps (in the list's order), then the central mutex;
+//!   never the other way round.
 //! - A block lent to a heap is in exactly one place: that heap's free bins or its table of
 //!   blocks out. A release looks in the caller's heap first, then in the others; a pointer that
 //!   no heap has out goes to the central pool, which refuses it when it is lent (it is free in a
@@ -39,7 +42,8 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::heap::Heap;
+use super::heap::{Heap, HeapState};
+use super::heap_lock::visit_all;
 use super::slab::Classes;
 use super::{Pool, PoolStats};
 
@@ -62,8 +66,11 @@ struct Node {
 struct Attached(Vec<(u64, Arc<Heap>)>);
 
 impl Drop for Attached {
-    /// The thread exits: its heaps wait for another thread to adopt them.
+    /// The thread exits: its heaps wait for another thread to adopt them. `LAST` forgets its
+    /// heap first: a call from a later thread-exit destructor must not act as the owner of a
+    /// heap another thread may adopt meanwhile (it takes the central path instead).
     fn drop(&mut self) {
+        let _ = LAST.try_with(|l| l.set((0, ptr::null())));
         for (_, heap) in &self.0 {
             heap.owned.store(false, Ordering::Release);
         }
@@ -90,7 +97,7 @@ impl Heaps {
         }
     }
 
-    fn iter(&self) -> impl Iterator<Item = &Heap> {
+    fn iter(&self) -> impl Iterator<Item = &Heap> + Clone {
         let mut node = self.head.load(Ordering::Acquire) as *const Node;
         std::iter::from_fn(move || {
             // SAFETY: nodes are published complete (Release in `push`, Acquire above) and freed
@@ -208,19 +215,37 @@ impl Heaps {
         mine == Some(true) || self.release_elsewhere(pool, addr, own)
     }
 
-    /// Takes back `addr` if a heap other than `own` has it out.
+    /// Takes back `addr` if a heap other than `own` has it out: visits them all at once.
     #[cold]
     fn release_elsewhere(&self, pool: &Pool, addr: usize, own: *const Heap) -> bool {
-        self.iter()
-            .filter(|h| !ptr::eq(*h, own))
-            .any(|heap| heap.take_back(pool, addr))
+        let mut found = false;
+        self.visit(
+            |h| !ptr::eq(h, own),
+            |h, st| found = found || (!ptr::eq(h, own) && st.take_back(pool, addr)),
+        );
+        found
     }
 
-    /// Gives every heap's free blocks back to the central pool.
-    pub fn drain(&self, pool: &Pool) {
-        for heap in self.iter() {
-            heap.drain(pool);
+    /// Visits every heap, all at once (one barrier), if `wanted` holds for one of them, and
+    /// calls `f` on each one's state. Allocates nothing: a run's settle comes here.
+    fn visit(&self, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&Heap, &mut HeapState)) {
+        // The list as it is now, twice: a heap pushed meanwhile (at the head) is not in it, as
+        // a heap made after the call would not be.
+        let heaps = self.iter();
+        if !heaps.clone().any(wanted) {
+            return;
         }
+        visit_all(heaps.clone().map(|h| &h.lock));
+        for heap in heaps {
+            // SAFETY: `visit_all` took its lock as a visitor, which the guard now holds.
+            let mut st = unsafe { heap.visited() };
+            f(heap, &mut st);
+        }
+    }
+
+    /// Gives every heap's free blocks back to the central pool: visits them if one has some.
+    pub fn drain(&self, pool: &Pool) {
+        self.visit(|h| h.free.load(Ordering::Relaxed) > 0, |_, st| st.drain(pool));
     }
 
     /// Bytes the heaps have out, as their last calls left them.
@@ -230,22 +255,23 @@ impl Heaps {
 
     /// Adds every heap's counts to `stats` (the central pool's).
     pub fn add_counts(&self, stats: &mut PoolStats) {
-        for heap in self.iter() {
-            let s = heap.counts();
-            stats.acquires += s.acquires;
-            stats.cache_hits += s.cache_hits;
-            stats.releases += s.releases;
-            stats.live_bytes += s.live_bytes;
-            stats.peak_live_bytes = stats.peak_live_bytes.max(s.peak_live_bytes);
-        }
+        self.visit(
+            |_| true,
+            |_, st| {
+                let s = st.counts();
+                stats.acquires += s.acquires;
+                stats.cache_hits += s.cache_hits;
+                stats.releases += s.releases;
+                stats.live_bytes += s.live_bytes;
+                stats.peak_live_bytes = stats.peak_live_bytes.max(s.peak_live_bytes);
+            },
+        );
     }
 
     /// Restarts every heap's peak from the bytes out now, the central pool's `central` included.
     pub fn reset_peaks(&self, central: u64) {
         let everything = central + self.live();
-        for heap in self.iter() {
-            heap.reset_peak(everything);
-        }
+        self.visit(|_| true, |_, st| st.reset_peak(everything));
     }
 }
 

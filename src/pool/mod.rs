@@ -45,6 +45,7 @@ mod arena;
 mod batch;
 mod central;
 mod heap;
+mod heap_lock;
 mod heaps;
 mod out_table;
 mod region;
