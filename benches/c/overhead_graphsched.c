@@ -7,6 +7,9 @@
  * OH_FREEZE=1: runs keep the estimates as they are (no kernel is timed). OH_FORCE_EXECUTOR=1:
  * runs stay on the executor's threads (GS_RUN_FORCE_EXECUTOR) even where graphsched would run
  * them on the caller alone (a chain, or kernels too short to pay for the threads).
+ * OH_SCRATCH=N: each kernel also takes N bytes of scratch from the run's pool and gives them back
+ * (gs_ctx_pool, gs_pool_acquire, gs_pool_release), as kernels that need temporaries do: what the
+ * thread heaps cost a node, and a run's start (the settle visits heaps that hold free blocks).
  * OH_DEBUG=1: after the timed runs, prints the threads one more run used and the graph's
  * estimated total work and critical path (what decided it).
  */
@@ -15,9 +18,17 @@
 
 #include "overhead_common.h"
 
+static size_t scratch_bytes = 0;
+
 static int32_t empty(gs_kernel_ctx *c, void *u) {
-  (void)c;
   (void)u;
+  if (scratch_bytes) {
+    gs_pool *pool = gs_ctx_pool(c);
+    void *p = NULL;
+    if (gs_pool_acquire(pool, scratch_bytes, &p) != GS_OK) return 1;
+    ((volatile char *)p)[0] = 1;
+    if (gs_pool_release(pool, p) != GS_OK) return 1;
+  }
   return 0;
 }
 
@@ -142,6 +153,8 @@ static void maybe_bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
 
 int main(int argc, char **argv) {
   only = argc > 1 ? argv[1] : NULL;
+  const char *scratch = getenv("OH_SCRATCH");
+  if (scratch) scratch_bytes = (size_t)atol(scratch);
   gs_executor_config cfg;
   gs_executor *ex = NULL;
   gs_pool *pool = NULL;

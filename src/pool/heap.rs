@@ -202,6 +202,11 @@ impl Heap {
     pub fn take_back(&self, pool: &Pool, addr: usize) -> bool {
         self.own().take_back(pool, addr)
     }
+
+    /// Gives its free blocks back to the central pool, for its owner.
+    pub fn drain_own(&self, pool: &Pool) {
+        self.own().drain(pool);
+    }
 }
 
 impl HeapState {

@@ -243,9 +243,26 @@ impl Heaps {
         }
     }
 
-    /// Gives every heap's free blocks back to the central pool: visits them if one has some.
+    /// Gives every heap's free blocks back to the central pool: the calling thread's own as its
+    /// owner (no barrier: a run whose kernels took scratch on its caller pays none at its next
+    /// start), the others with a visit if one of them has some.
     pub fn drain(&self, pool: &Pool) {
-        self.visit(|h| h.free.load(Ordering::Relaxed) > 0, |_, st| st.drain(pool));
+        let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0;
+        let mut own: *const Heap = ptr::null();
+        self.with_own(false, |heap| {
+            own = heap;
+            if has_free(heap) {
+                heap.drain_own(pool);
+            }
+        });
+        self.visit(
+            |h| !ptr::eq(h, own) && has_free(h),
+            |h, st| {
+                if !ptr::eq(h, own) {
+                    st.drain(pool);
+                }
+            },
+        );
     }
 
     /// Bytes the heaps have out, as their last calls left them.
