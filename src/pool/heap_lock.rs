@@ -156,6 +156,7 @@ fn spin_while(flag: &AtomicBool) {
 mod sys {
     /// `membarrier(2)` commands (linux/membarrier.h).
     const QUERY: libc::c_long = 0;
+    const GLOBAL: libc::c_long = 1;
     const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
     const REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 
@@ -172,10 +173,18 @@ mod sys {
     }
 
     pub fn barrier() {
-        let r = membarrier(PRIVATE_EXPEDITED);
-        // Registered before any heap was made, and the command cannot fail after that: an
-        // error here would break the lock's exclusion, which is not to be risked silently.
-        assert_eq!(r, 0, "membarrier failed after it was registered");
+        if membarrier(PRIVATE_EXPEDITED) == 0 {
+            return;
+        }
+        // Registered, so this cannot fail (a child after `fork` would be the one doubt): the
+        // global barrier needs no registration, and is slower (milliseconds), but as good.
+        if membarrier(GLOBAL) == 0 {
+            return;
+        }
+        // Without a barrier the owner's side is unguarded, and a panic would leave the heaps
+        // being visited locked: neither is to be risked.
+        eprintln!("graphsched: membarrier failed after it was registered; aborting");
+        std::process::abort();
     }
 }
 
