@@ -72,6 +72,7 @@ impl Drop for Attached {
     fn drop(&mut self) {
         let _ = LAST.try_with(|l| l.set((0, ptr::null())));
         for (_, heap) in &self.0 {
+            heap.lock.unbias();
             heap.owned.store(false, Ordering::Release);
         }
     }
