@@ -157,17 +157,10 @@ impl HeapLock {
             return;
         }
         if biased {
-            // Off. A visitor already holding `visitor` waits for the owner to step out: then
-            // stay biased this time rather than wait for it inside.
-            if self.visitor.swap(true, Ordering::Acquire) {
-                return;
+            if self.switch_off() {
+                let needed = relaxed(&self.quiet_needed);
+                self.quiet_needed.store((needed * 2).min(MAX_QUIET), Ordering::Relaxed);
             }
-            // Now held by `visitor`, as the spin lock is: no visitor is inside, and the next
-            // reads `biased` only after this owner leaves (Release in `leave_owned`).
-            self.biased.store(false, Ordering::Relaxed);
-            self.owner_in.store(false, Ordering::Release);
-            let needed = relaxed(&self.quiet_needed);
-            self.quiet_needed.store((needed * 2).min(MAX_QUIET), Ordering::Relaxed);
         } else {
             // On. Held by `visitor` now; held by `owner_in` from here: a visitor that takes
             // `visitor` after the store below reads `biased` set and waits for `owner_in`.
@@ -182,12 +175,24 @@ impl HeapLock {
     /// every visit of it would pay the barrier.
     pub fn unbias(&self) {
         self.enter_owned();
-        if self.biased.load(Ordering::Relaxed) && !self.visitor.swap(true, Ordering::Acquire) {
-            // As in `reconsider`: held by `visitor` now, the way of the spin lock.
-            self.biased.store(false, Ordering::Relaxed);
-            self.owner_in.store(false, Ordering::Release);
+        if self.biased.load(Ordering::Relaxed) {
+            self.switch_off();
         }
         self.leave_owned();
+    }
+
+    /// Turns the bias off, the owner inside under it; false if a visitor holds `visitor`
+    /// already (it waits for the owner to step out: the bias stays, rather than the owner
+    /// waiting for it inside).
+    fn switch_off(&self) -> bool {
+        if self.visitor.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        // Now held by `visitor`, as the spin lock is: no visitor is inside, and the next reads
+        // `biased` only after this owner leaves (Release in `leave_owned`).
+        self.biased.store(false, Ordering::Relaxed);
+        self.owner_in.store(false, Ordering::Release);
+        true
     }
 
     /// Releases the lock taken by [`enter_owned`](Self::enter_owned).

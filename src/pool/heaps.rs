@@ -220,19 +220,16 @@ impl Heaps {
     #[cold]
     fn release_elsewhere(&self, pool: &Pool, addr: usize, own: *const Heap) -> bool {
         let mut found = false;
-        self.visit(
-            |h| !ptr::eq(h, own),
-            |h, st| found = found || (!ptr::eq(h, own) && st.take_back(pool, addr)),
-        );
+        self.visit(own, |_| true, |st| found = found || st.take_back(pool, addr));
         found
     }
 
-    /// Visits every heap, all at once (one barrier), if `wanted` holds for one of them, and
-    /// calls `f` on each one's state. Allocates nothing: a run's settle comes here.
-    fn visit(&self, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&Heap, &mut HeapState)) {
+    /// Visits every heap but `except`, all at once (one barrier), if `wanted` holds for one of
+    /// them, and calls `f` on each one's state. Allocates nothing: a run's settle comes here.
+    fn visit(&self, except: *const Heap, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&mut HeapState)) {
         // The list as it is now, twice: a heap pushed meanwhile (at the head) is not in it, as
         // a heap made after the call would not be.
-        let heaps = self.iter();
+        let heaps = self.iter().filter(move |h| !ptr::eq(*h, except));
         if !heaps.clone().any(wanted) {
             return;
         }
@@ -240,7 +237,7 @@ impl Heaps {
         for heap in heaps {
             // SAFETY: `visit_all` took its lock as a visitor, which the guard now holds.
             let mut st = unsafe { heap.visited() };
-            f(heap, &mut st);
+            f(&mut st);
         }
     }
 
@@ -256,14 +253,7 @@ impl Heaps {
                 heap.drain_own(pool);
             }
         });
-        self.visit(
-            |h| !ptr::eq(h, own) && has_free(h),
-            |h, st| {
-                if !ptr::eq(h, own) {
-                    st.drain(pool);
-                }
-            },
-        );
+        self.visit(own, has_free, |st| st.drain(pool));
     }
 
     /// Bytes the heaps have out, as their last calls left them.
@@ -274,8 +264,9 @@ impl Heaps {
     /// Adds every heap's counts to `stats` (the central pool's).
     pub fn add_counts(&self, stats: &mut PoolStats) {
         self.visit(
+            ptr::null(),
             |_| true,
-            |_, st| {
+            |st| {
                 let s = st.counts();
                 stats.acquires += s.acquires;
                 stats.cache_hits += s.cache_hits;
@@ -289,7 +280,7 @@ impl Heaps {
     /// Restarts every heap's peak from the bytes out now, the central pool's `central` included.
     pub fn reset_peaks(&self, central: u64) {
         let everything = central + self.live();
-        self.visit(|_| true, |_, st| st.reset_peak(everything));
+        self.visit(ptr::null(), |_| true, |st| st.reset_peak(everything));
     }
 }
 
