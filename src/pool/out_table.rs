@@ -44,6 +44,13 @@ impl OutTable {
     /// Removes the entry of `addr`, if there is one.
     #[inline]
     pub fn remove(&mut self, addr: usize) -> Option<Out> {
+        // The newest, the usual case, without a search.
+        if let Some(&(a, out)) = self.recent[..self.len].last() {
+            if a == addr {
+                self.len -= 1;
+                return Some(out);
+            }
+        }
         // Newest first.
         if let Some(i) = self.recent[..self.len].iter().rposition(|&(a, _)| a == addr) {
             let out = self.recent[i].1;
