@@ -128,32 +128,32 @@ impl Heaps {
         }
     }
 
-    /// Runs `f` on this thread's heap for the pool, made or adopted if `create` and it has none.
-    /// None: heaps are off, the thread has none (and `create` is false), or the thread is
-    /// exiting (its thread-locals are gone).
+    /// This thread's heap for the pool, made or adopted if `create` and it has none. None: heaps
+    /// are off, the thread has none (and `create` is false), or the thread is exiting (its
+    /// thread-locals are gone). The heap lives as long as the pool: its list holds every heap
+    /// ever made for it.
     #[inline]
-    fn with_own<R>(&self, create: bool, f: impl FnOnce(&Heap) -> R) -> Option<R> {
+    fn own(&self, create: bool) -> Option<&Heap> {
         if !self.enabled {
             return None;
         }
         let (uid, last) = LAST.try_with(Cell::get).unwrap_or((0, ptr::null()));
         if uid == self.uid {
             // SAFETY: see `LAST`: this pool is alive (`&self`) and holds the heap.
-            return Some(f(unsafe { &*last }));
+            return Some(unsafe { &*last });
         }
-        self.with_own_slow(create, f)
+        self.own_slow(create)
     }
 
-    /// [`with_own`](Self::with_own) when the thread's last pool was another (or none): out of
-    /// line, so that the usual path stays short enough to inline.
+    /// [`own`](Self::own) when the thread's last pool was another (or none): out of line, so
+    /// that the usual path stays short enough to inline.
     #[cold]
     #[inline(never)]
-    fn with_own_slow<R>(&self, create: bool, f: impl FnOnce(&Heap) -> R) -> Option<R> {
-        ATTACHED
+    fn own_slow(&self, create: bool) -> Option<&Heap> {
+        let heap: *const Heap = ATTACHED
             .try_with(|cell| {
                 if let Some((_, heap)) = cell.borrow().0.iter().find(|(uid, _)| *uid == self.uid) {
-                    let _ = LAST.try_with(|l| l.set((self.uid, &**heap)));
-                    return Some(f(heap));
+                    return Some(Arc::as_ptr(heap));
                 }
                 if !create {
                     return None;
@@ -163,12 +163,14 @@ impl Heaps {
                 // Heaps of dropped pools are held by this list alone: let them go.
                 attached.0.retain(|(_, h)| Arc::strong_count(h) > 1);
                 attached.0.push((self.uid, heap.clone()));
-                drop(attached);
-                let _ = LAST.try_with(|l| l.set((self.uid, &*heap)));
-                Some(f(&heap))
+                Some(Arc::as_ptr(&heap))
             })
             .ok()
-            .flatten()
+            .flatten()?;
+        let _ = LAST.try_with(|l| l.set((self.uid, heap)));
+        // SAFETY: the heap is in this pool's list (found in, or just pushed to, the thread's
+        // list of its heaps), which keeps it as long as the pool, so as long as `&self`.
+        Some(unsafe { &*heap })
     }
 
     /// A heap for the calling thread: one a finished thread left, or a new one.
@@ -197,8 +199,7 @@ impl Heaps {
     /// is the path of every acquire.
     #[inline]
     pub fn acquire(&self, pool: &Pool, nbytes: usize) -> Option<usize> {
-        self.with_own(true, |heap| heap.acquire(pool, &self.classes, nbytes))
-            .flatten()
+        self.own(true)?.acquire(pool, &self.classes, nbytes)
     }
 
     /// Takes back `ptr` if a heap has it out; false if none has (the central pool decides).
@@ -208,12 +209,9 @@ impl Heaps {
             return false;
         }
         let addr = ptr.as_ptr() as usize;
-        let mut own: *const Heap = ptr::null();
-        let mine = self.with_own(false, |heap| {
-            own = heap;
-            heap.take_back(pool, addr)
-        });
-        mine == Some(true) || self.release_elsewhere(pool, addr, own)
+        let own = self.own(false);
+        own.is_some_and(|heap| heap.take_back(pool, addr))
+            || self.release_elsewhere(pool, addr, own.map_or(ptr::null(), ptr::from_ref))
     }
 
     /// Takes back `addr` if a heap other than `own` has it out: visits them all at once.
@@ -246,14 +244,11 @@ impl Heaps {
     /// start), the others with a visit if one of them has some.
     pub fn drain(&self, pool: &Pool) {
         let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0;
-        let mut own: *const Heap = ptr::null();
-        self.with_own(false, |heap| {
-            own = heap;
-            if has_free(heap) {
-                heap.drain_own(pool);
-            }
-        });
-        self.visit(own, has_free, |st| st.drain(pool));
+        let own = self.own(false);
+        if let Some(heap) = own.filter(|h| has_free(h)) {
+            heap.drain_own(pool);
+        }
+        self.visit(own.map_or(ptr::null(), ptr::from_ref), has_free, |st| st.drain(pool));
     }
 
     /// Bytes the heaps have out, as their last calls left them.
