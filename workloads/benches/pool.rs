@@ -167,8 +167,8 @@ fn main() {
         let iters = 1_000_000;
         // Pairs per microsecond from `threads` threads at once, one measurement: from when all
         // of them are running to when the last one is done. Thread start-up stays out: on this
-        // virtual machine a new thread waits 0.1-0.7 ms for the idle second vCPU to wake, which
-        // is a tenth of a fast measurement, charged to the 2-thread side alone.
+        // virtual machine a new thread waited 0.1-0.7 ms for the idle second vCPU to wake, which
+        // the 2-thread side alone would pay (it made 2 threads look like 1.2-1.5x one).
         let rate = |threads: usize, pair: &(dyn Fn(usize) + Sync)| {
             let running = AtomicUsize::new(0);
             let ns = std::thread::scope(|s| {
