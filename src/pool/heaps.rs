@@ -210,13 +210,12 @@ impl Heaps {
         }
         let addr = ptr.as_ptr() as usize;
         let own = self.own(false);
-        own.is_some_and(|heap| heap.take_back(pool, addr))
-            || self.release_elsewhere(pool, addr, own.map_or(ptr::null(), ptr::from_ref))
+        own.is_some_and(|heap| heap.take_back(pool, addr)) || self.release_elsewhere(pool, addr, own)
     }
 
     /// Takes back `addr` if a heap other than `own` has it out: visits them all at once.
     #[cold]
-    fn release_elsewhere(&self, pool: &Pool, addr: usize, own: *const Heap) -> bool {
+    fn release_elsewhere(&self, pool: &Pool, addr: usize, own: Option<&Heap>) -> bool {
         let mut found = false;
         self.visit(own, |_| true, |st| found = found || st.take_back(pool, addr));
         found
@@ -224,10 +223,10 @@ impl Heaps {
 
     /// Visits every heap but `except`, all at once (one barrier), if `wanted` holds for one of
     /// them, and calls `f` on each one's state. Allocates nothing: a run's settle comes here.
-    fn visit(&self, except: *const Heap, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&mut HeapState)) {
+    fn visit(&self, except: Option<&Heap>, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&mut HeapState)) {
         // The list as it is now, twice: a heap pushed meanwhile (at the head) is not in it, as
         // a heap made after the call would not be.
-        let heaps = self.iter().filter(move |h| !ptr::eq(*h, except));
+        let heaps = self.iter().filter(move |h| !except.is_some_and(|e| ptr::eq(*h, e)));
         if !heaps.clone().any(wanted) {
             return;
         }
@@ -248,7 +247,7 @@ impl Heaps {
         if let Some(heap) = own.filter(|h| has_free(h)) {
             heap.drain_own(pool);
         }
-        self.visit(own.map_or(ptr::null(), ptr::from_ref), has_free, |st| st.drain(pool));
+        self.visit(own, has_free, |st| st.drain(pool));
     }
 
     /// Bytes the heaps have out, as their last calls left them.
@@ -259,7 +258,7 @@ impl Heaps {
     /// Adds every heap's counts to `stats` (the central pool's).
     pub fn add_counts(&self, stats: &mut PoolStats) {
         self.visit(
-            ptr::null(),
+            None,
             |_| true,
             |st| {
                 let s = st.counts();
@@ -275,7 +274,7 @@ impl Heaps {
     /// Restarts every heap's peak from the bytes out now, the central pool's `central` included.
     pub fn reset_peaks(&self, central: u64) {
         let everything = central + self.live();
-        self.visit(ptr::null(), |_| true, |st| st.reset_peak(everything));
+        self.visit(None, |_| true, |st| st.reset_peak(everything));
     }
 }
 
