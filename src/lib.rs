@@ -16,6 +16,7 @@
 //!   (admission, the banker's rule over a safe order);
 //! - [`exec`]: mechanism: the run state, the executor's work-stealing workers, the drivers;
 //! - [`sim`]: the same policy on a virtual clock, for any thread count;
+//! - [`partition`]: which nodes to run together as one call, chosen by the simulator;
 //! - [`pool`]: aligned buffers with reuse; knows nothing about graphs;
 //! - [`trace`]: Chrome trace-event JSON of a run, Graphviz DOT of a graph.
 //!
@@ -45,6 +46,7 @@ pub mod exec;
 pub mod ffi;
 pub mod graph;
 pub mod kernel;
+pub mod partition;
 pub mod plan;
 pub mod pool;
 pub mod sched;
