@@ -293,8 +293,7 @@ fn chain_clusters(graph: &Graph, cluster_of: &[u32]) -> (Vec<u32>, usize) {
         }
         c
     }
-    for c in 0..clusters {
-        let r = reader[c];
+    for (c, &r) in reader.iter().enumerate() {
         if r < MANY && source[r as usize] == c as u32 {
             let (x, y) = (root(&mut parent, c as u32), root(&mut parent, r));
             parent[x.max(y) as usize] = x.min(y);
