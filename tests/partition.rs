@@ -64,8 +64,8 @@ fn check_partition(g: &Graph, options: &PartitionOptions) -> graphsched::partiti
     for list in p.clusters() {
         for &a in list {
             for &b in list {
-                for w in 0..g.node_count() {
-                    if p.cluster_of(w as u32) != p.cluster_of(a) && reach[a as usize][w] && reach[w][b as usize] {
+                for (w, from_w) in reach.iter().enumerate() {
+                    if p.cluster_of(w as u32) != p.cluster_of(a) && reach[a as usize][w] && from_w[b as usize] {
                         panic!("path {a} -> {w} -> {b} leaves its cluster and comes back");
                     }
                 }
