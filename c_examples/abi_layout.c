@@ -26,6 +26,7 @@
     X(gs_node_observation, 32, 8) \
     X(gs_executor_config, 4, 4) \
     X(gs_sim_options, 24, 8)    \
+    X(gs_partition_options, 24, 8) \
     X(gs_sim_result, 56, 8)
 
 #define STATIC_LAYOUT(type, size, align)                              \
@@ -70,6 +71,9 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_sim_options, policy, 4)                 \
     X(gs_sim_options, window, 8)                 \
     X(gs_sim_options, memory_limit_bytes, 16)    \
+    X(gs_partition_options, threads, 8)          \
+    X(gs_partition_options, policy, 12)          \
+    X(gs_partition_options, memory_limit_bytes, 16) \
     X(gs_sim_result, peak_live_bytes, 32)        \
     X(gs_sim_result, nodes_run, 40)              \
     X(gs_sim_result, utilization, 48)            \

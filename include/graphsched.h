@@ -221,6 +221,11 @@ typedef struct gs_graph gs_graph;
 // The context of one running kernel; valid only during that kernel call.
 typedef struct gs_kernel_ctx gs_kernel_ctx;
 
+// A partition of a graph's operator nodes into clusters, each to be run as one call: convex (no
+// path leaves a cluster and comes back), so the clusters form a DAG. Owns its node lists; the
+// graph may be freed before it.
+typedef struct gs_partition gs_partition;
+
 // A static memory plan of one finalized graph: an offset in one arena for every statically
 // sized value. Pass it in `gs_run_options.plan`.
 typedef struct gs_plan gs_plan;
@@ -350,6 +355,41 @@ typedef struct gs_graph_info {
   // Largest inputs + outputs of one node, in bytes: no order or placement can need less memory.
   uint64_t node_lower_bound_bytes;
 } gs_graph_info;
+
+// What a partition is chosen for. Zero-initialize, then fill in.
+typedef struct gs_partition_options {
+  // The fixed cost of one call of the engine's, in nanoseconds; each node's duration (given
+  // or learned) includes one.
+  uint64_t call_cost_ns;
+  // Threads the clusters will run on; at least 1.
+  uint32_t threads;
+  // `GS_POLICY_*` the runs will use.
+  uint32_t policy;
+  // Most live bytes, clusters' internal values included; 0: no limit.
+  uint64_t memory_limit_bytes;
+} gs_partition_options;
+
+// Figures of one simulated run, in virtual nanoseconds. (C: `gs_sim_result`)
+typedef struct gs_sim_result {
+  // When the last node finished.
+  uint64_t makespan_ns;
+  // What no schedule can beat: the critical path, work / threads, and for every node its
+  // ancestors' work / threads plus its longest path (and the mirror), whichever is largest
+  // (src/sched/bound.rs).
+  uint64_t makespan_lb_ns;
+  // Longest path of estimates, a parallel node's counting its work divided among the threads
+  // (so it depends on `threads` once runs have seen a kernel split its loops).
+  uint64_t critical_path_ns;
+  // Thread time of all nodes ([`Priorities::work`](crate::sched::Priorities::work)): their
+  // estimates, unless runs have seen their kernels split loops or defer.
+  uint64_t work_ns;
+  // Most bytes values held at once (graph inputs, which the caller owns, excluded).
+  uint64_t peak_live_bytes;
+  // Operator nodes executed.
+  uint64_t nodes_run;
+  // work / (makespan * threads): the share of thread time spent running nodes.
+  double utilization;
+} gs_sim_result;
 
 // Pool settings; zero fields take their defaults (C: `gs_pool_config`).
 typedef struct gs_pool_config {
@@ -500,28 +540,6 @@ typedef struct gs_sim_options {
   // Most live bytes; 0: no limit.
   uint64_t memory_limit_bytes;
 } gs_sim_options;
-
-// Figures of one simulated run, in virtual nanoseconds. (C: `gs_sim_result`)
-typedef struct gs_sim_result {
-  // When the last node finished.
-  uint64_t makespan_ns;
-  // What no schedule can beat: the critical path, work / threads, and for every node its
-  // ancestors' work / threads plus its longest path (and the mirror), whichever is largest
-  // (src/sched/bound.rs).
-  uint64_t makespan_lb_ns;
-  // Longest path of estimates, a parallel node's counting its work divided among the threads
-  // (so it depends on `threads` once runs have seen a kernel split its loops).
-  uint64_t critical_path_ns;
-  // Thread time of all nodes ([`Priorities::work`](crate::sched::Priorities::work)): their
-  // estimates, unless runs have seen their kernels split loops or defer.
-  uint64_t work_ns;
-  // Most bytes values held at once (graph inputs, which the caller owns, excluded).
-  uint64_t peak_live_bytes;
-  // Operator nodes executed.
-  uint64_t nodes_run;
-  // work / (makespan * threads): the share of thread time spent running nodes.
-  double utilization;
-} gs_sim_result;
 
 #ifdef __cplusplus
 extern "C" {
@@ -886,6 +904,65 @@ gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uin
 // # Safety
 // No other thread frees `graph` during this call.
 const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
+
+// Proposes a partition of a finalized graph's operator nodes into clusters, each to be run as
+// one call, for an engine whose calls cost `options.call_cost_ns` each: merging nodes saves
+// calls and gives up overlap, and the simulator (the runs' policy, on `options.threads`
+// threads, from the graph's current estimates) decides. A cluster costs one call plus its
+// nodes' durations less one call each; its internal values (read by no node outside it, not
+// graph outputs) live for its whole time and count against `options.memory_limit_bytes`. The
+// partition's simulated makespan is never longer than the graph's own with one call a node.
+//
+// `GS_ERR_INVALID_ARGUMENT` for 0 threads, an unknown policy, or a graph with inputs of dynamic
+// size; `GS_ERR_MEMORY_LIMIT` when the graph itself cannot run under the limit.
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `options` is readable; `out` is writable; no other thread frees `graph` during this call.
+gs_status gs_partition_new(const struct gs_graph *graph,
+                           const struct gs_partition_options *options,
+                           struct gs_partition **out);
+
+// Number of clusters (each `gs_partition_cluster` index below it names one).
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `count` is writable; no other thread frees `partition` during this call.
+gs_status gs_partition_cluster_count(const struct gs_partition *partition, size_t *count);
+
+// Cluster `index`: `*count` node ids (as `gs_graph_add_node` returned them) at `*nodes`, in a
+// topological order. Clusters are numbered in a topological order of the cluster graph. The ids
+// live as long as the partition. `GS_ERR_INVALID_ARGUMENT` for an index out of range.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `nodes` and `count` are writable; no other thread frees `partition` during this call.
+gs_status gs_partition_cluster(const struct gs_partition *partition,
+                               size_t index,
+                               const uint32_t **nodes,
+                               size_t *count);
+
+// The simulated run of the graph unpartitioned (one call a node) and of the clusters (one call
+// a cluster), with the options the partition was made for. Either pointer may be NULL.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `before` and `after` are NULL or writable; no other thread frees `partition` during this call.
+gs_status gs_partition_simulated(const struct gs_partition *partition,
+                                 struct gs_sim_result *before,
+                                 struct gs_sim_result *after);
+
+// Frees a partition. NULL does nothing.
+//
+// Thread-safe with respect to other handles; no other call may be using this handle, on any
+// thread.
+//
+// # Safety
+// No other thread is inside a call on `partition` during this call.
+void gs_partition_free(struct gs_partition *partition);
 
 // Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
 //
