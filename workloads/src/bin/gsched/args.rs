@@ -34,6 +34,9 @@ pub(crate) enum Command {
     Info(InfoArgs),
     /// Plans a graph's memory statically: one arena, against the lower bounds and the pool.
     Plan(PlanArgs),
+    /// Groups nodes into clusters to run as one call each, for an engine whose calls have a
+    /// fixed cost: the simulator decides, and prints the makespan and peak before and after.
+    Partition(PartitionArgs),
     /// Sweeps the window and the memory limit on the simulator, confirms the Pareto front with
     /// real runs and recommends the knee.
     Tune(TuneArgs),
@@ -229,6 +232,27 @@ pub(crate) struct InfoArgs {
     /// Write the graph as Graphviz DOT to FILE (critical path in red)
     #[arg(long, value_name = "FILE")]
     pub(crate) dot: Option<PathBuf>,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct PartitionArgs {
+    #[command(flatten)]
+    pub(crate) workload: WorkloadArgs,
+    /// The fixed cost of one call, in nanoseconds (each node's estimate includes one)
+    #[arg(long, value_name = "C")]
+    pub(crate) call_cost_ns: u64,
+    /// Threads the clusters will run on
+    #[arg(long, value_name = "P", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub(crate) threads: u16,
+    /// Most bytes values may hold at once, clusters' internal values included (0: no limit)
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub(crate) memory_limit: u64,
+    /// Which ready node runs first
+    #[arg(long, value_enum, default_value_t = PolicyArg::Level)]
+    pub(crate) policy: PolicyArg,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub(crate) json: bool,

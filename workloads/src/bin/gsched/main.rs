@@ -14,6 +14,7 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 use crate::demo::demo;
 use crate::info_cmd::info_command;
+use crate::partition_cmd::partition_command;
 use crate::plan_cmd::plan_command;
 use crate::run_cmd::run_command;
 use crate::simulate_cmd::simulate_command;
@@ -30,6 +31,7 @@ mod demo;
 mod format;
 mod info_cmd;
 mod measure;
+mod partition_cmd;
 mod plan_cmd;
 mod run_cmd;
 mod simulate_cmd;
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate_command(args),
         Command::Info(args) => info_command(args),
         Command::Plan(args) => plan_command(args),
+        Command::Partition(args) => partition_command(args),
         Command::Tune(args) => tune_command(args),
     };
     match result {
