@@ -11,6 +11,12 @@ Steps (each says which node is at fault when it cannot go on):
    graphsched-onnx program reads.
 
 Usage: prepare.py MODEL.onnx OUT_DIR [--input-shape 1x3x640x640]
+       prepare.py --clusters PREPARED_DIR/partition-T.json OUT_DIR
+
+With --clusters, it writes one model per cluster that graphsched chose (gsched-onnx --partition):
+the cluster's nodes in their order, its weights, as inputs the values its nodes read from outside
+it, as outputs the values read outside it or that are graph outputs; and a manifest of the same
+form, one entry per cluster.
 """
 
 import argparse
@@ -180,12 +186,80 @@ def tensor_entry(name, dtype, shape):
     }
 
 
+def write_clusters(choice_path, out_dir):
+    prepared_dir = os.path.dirname(os.path.abspath(choice_path))
+    with open(choice_path) as f:
+        clusters = json.load(f)["chosen"]["clusters"]
+    with open(os.path.join(prepared_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    model = onnx.load(os.path.join(prepared_dir, manifest["prepared"]))
+    graph = model.graph
+    if len(graph.node) != len(manifest["nodes"]):
+        fail(f"{choice_path} was made for {len(manifest['nodes'])} nodes, the prepared model has {len(graph.node)}")
+    initializers = {i.name: i for i in graph.initializer}
+    types = {v["name"]: (helper.tensor_dtype_to_np_dtype(v["elem_type"]), v["shape"])
+             for v in manifest["inputs"] + manifest["values"]}
+    cluster_of = {}
+    for c, members in enumerate(clusters):
+        for i in members:
+            if i in cluster_of or not 0 <= i < len(graph.node):
+                fail(f"{choice_path}: node {i} is out of range or in two clusters")
+            cluster_of[i] = c
+    if len(cluster_of) != len(graph.node):
+        fail(f"{choice_path}: the clusters leave {len(graph.node) - len(cluster_of)} nodes out")
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    read_outside = set(manifest["outputs"])
+    for i, node in enumerate(graph.node):
+        for v in node.input:
+            if v in producer and cluster_of[producer[v]] != cluster_of[i]:
+                read_outside.add(v)
+    os.makedirs(out_dir, exist_ok=True)
+    nodes = []
+    for c, members in enumerate(clusters):
+        members = sorted(members)  # the manifest's order is topological
+        made = {o for i in members for o in graph.node[i].output if o}
+        ins, weights, seen = [], [], set()
+        for i in members:
+            for v in graph.node[i].input:
+                if not v or v in seen or v in made:
+                    continue
+                seen.add(v)
+                if v in initializers:
+                    weights.append(initializers[v])
+                elif v in types:
+                    ins.append(v)
+                else:
+                    fail(f"node {graph.node[i].name!r} reads {v!r}, which nothing produces")
+        outs = [o for i in members for o in graph.node[i].output if o and o in read_outside]
+        inner = [o for i in members for o in graph.node[i].output if o and o not in read_outside and o in types]
+        name = f"cluster{c}"
+        sub = helper.make_graph(
+            [graph.node[i] for i in members], name,
+            [value_info(v, *types[v]) for v in ins],
+            [value_info(v, *types[v]) for v in outs],
+            initializer=weights,
+            value_info=[value_info(v, *types[v]) for v in inner])
+        part = helper.make_model(sub, opset_imports=model.opset_import, ir_version=model.ir_version)
+        file = f"{c:04}.onnx"
+        onnx.save(part, os.path.join(out_dir, file))
+        nodes.append({"name": name, "op": "Cluster", "domain": "", "file": file, "inputs": ins, "outputs": outs})
+    manifest["prepared"] = os.path.relpath(os.path.join(prepared_dir, manifest["prepared"]), out_dir)
+    manifest["nodes"] = nodes
+    with open(os.path.join(out_dir, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"wrote {len(nodes)} cluster models of {len(graph.node)} nodes in {out_dir}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model")
+    parser.add_argument("model", help="the model, or with --clusters the partition-T.json gsched-onnx wrote")
     parser.add_argument("out_dir")
     parser.add_argument("--input-shape", default="")
+    parser.add_argument("--clusters", action="store_true", help="write one model per cluster")
     args = parser.parse_args()
+    if args.clusters:
+        write_clusters(args.model, args.out_dir)
+        return
 
     os.makedirs(args.out_dir, exist_ok=True)
     model = onnx.load(args.model)

@@ -10,6 +10,8 @@
 # direction classifier, as the PyPI package rapidocr-onnxruntime 1.4.4 ships them.
 # --check only compares the outputs, bit for bit, in every memory mode (exit 1 if they differ).
 # --call-cost only times each node's session alone (--runs calls each) against the whole model.
+# Otherwise graphsched first partitions the model (gsched-onnx --partition, prepare.py --clusters):
+# the `graphsched (auto ...)` rows run its clusters the way it chose.
 # --self-test (run by scripts/test.sh): the classifier's --check, then onnx/test_prepare.py.
 #
 # On a fresh machine it makes a virtual environment with onnxruntime and onnx, fetches the model
@@ -39,11 +41,15 @@ fi
 model=$1; shift
 shape=""
 args=()
+threads=2
+call_cost=""
 while [ $# -gt 0 ]; do
     case $1 in
         --input-shape) [ $# -ge 2 ] || usage; shape=$2; shift 2 ;;
-        --threads|--runs|--rounds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
-        --json|--check|--call-cost) args+=("$1"); shift ;;
+        --threads) [ $# -ge 2 ] || usage; threads=$2; args+=("$1" "$2"); shift 2 ;;
+        --runs|--rounds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
+        --call-cost) call_cost=1; args+=("$1"); shift ;;
+        --json|--check) args+=("$1"); shift ;;
         *) echo "onnx.sh: unknown argument $1" >&2; usage ;;
     esac
 done
@@ -102,4 +108,15 @@ echo "== prepare $path${shape:+ at $shape}" >&2
 echo "== build gsched-onnx ($profile)" >&2
 cargo build --locked --quiet --profile "$profile" -p graphsched-onnx
 dir=$target/$profile; [ "$profile" = dev ] && dir=$target/debug
-exec "$dir/gsched-onnx" "$prepared" --ort-library "$library" "${args[@]}"
+gsched_onnx=("$dir/gsched-onnx" "$prepared" --ort-library "$library")
+if [ -z "$call_cost" ]; then
+    # graphsched picks the clusters and how to run them, from the per-node graph's measurements;
+    # prepare.py writes one model per cluster (the `graphsched (auto ...)` rows, and the checks).
+    echo "== partition: graphsched chooses the clusters (1 and $threads threads)" >&2
+    rm -rf "$prepared"/partition-*.json "$prepared"/clusters-*
+    "${gsched_onnx[@]}" --partition --threads "$threads"
+    for t in $(printf '%s\n' 1 "$threads" | sort -u); do
+        "$py" onnx/prepare.py --clusters "$prepared/partition-$t.json" "$prepared/clusters-$t" >&2
+    done
+fi
+exec "${gsched_onnx[@]}" "${args[@]}"

@@ -10,6 +10,7 @@ mod kernel;
 mod manifest;
 mod measure;
 mod ort_api;
+mod partition;
 mod report;
 mod run;
 
@@ -49,9 +50,17 @@ struct Args {
     /// whole model in one session: the fixed cost of a call.
     #[arg(long)]
     call_cost: bool,
+    /// Only choose the clusters: measure the per-node graph (durations and the call cost) each
+    /// way it can run, partition with graphsched, and write partition-T.json for 1 thread and
+    /// --threads (then `prepare.py --clusters` writes the cluster models).
+    #[arg(long)]
+    partition: bool,
     /// Internal: measure one configuration in this process and print its row as JSON.
     #[arg(long, hide = true)]
     child: Option<String>,
+    /// Internal: measure one way to run the clusters and print graphsched's proposal as JSON.
+    #[arg(long, hide = true)]
+    propose: Option<String>,
 }
 
 /// Outputs that differ from ONNX Runtime's: exit status 1 (other failures: 2).
@@ -75,6 +84,15 @@ fn run(args: &Args) -> Result<(), String> {
     } else {
         vec![1]
     };
+    if let Some(way) = &args.propose {
+        let way = serde_json::from_value(serde_json::Value::String(way.clone())).map_err(|e| e.to_string())?;
+        let proposal = partition::propose(&manifest, &args.ort_library, way, args.threads)?;
+        println!("{}", serde_json::to_string(&proposal).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    if args.partition {
+        return write_partitions(args, &threads);
+    }
     if let Some(key) = &args.child {
         let runner = Runner::parse(key).ok_or(format!("no configuration {key}"))?;
         let out = outputs_file(&args.dir, key, args.threads);
@@ -93,6 +111,9 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let mut configs = Vec::new();
     for &t in &threads {
+        if partition::clusters_dir(&args.dir, t).join("manifest.json").exists() {
+            configs.push((Runner::GraphschedAuto, t));
+        }
         configs.push((Runner::Graphsched(Memory::Pool), t));
         configs.push((
             Runner::Graphsched(if t == 1 {
@@ -136,6 +157,56 @@ fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// `--partition`: each way measured in a child of its own (ONNX Runtime allows one environment,
+/// with or without a global pool, per process), the fastest kept, for each thread count.
+fn write_partitions(args: &Args, threads: &[usize]) -> Result<(), String> {
+    for &t in threads {
+        let mut considered = Vec::new();
+        for way in partition::ways(t) {
+            let name = serde_json::to_value(way).map_err(|e| e.to_string())?;
+            let out = run_child(args, t, &["--propose", name.as_str().unwrap_or_default()])?;
+            considered.push(serde_json::from_slice(&out).map_err(|e| format!("a child printed no proposal: {e}"))?);
+        }
+        let choice = partition::choose(considered).ok_or("no way to run the clusters")?;
+        let c = &choice.chosen;
+        eprintln!(
+            "partition at {t} thread{}: {} nodes in {} clusters, {:?}, calls of {:.2} us; simulated {:.2} -> {:.2} ms",
+            if t == 1 { "" } else { "s" },
+            c.nodes,
+            c.clusters.len(),
+            c.way,
+            c.call_cost_ns as f64 / 1e3,
+            c.before_ns as f64 / 1e6,
+            c.after_ns as f64 / 1e6
+        );
+        let file = partition::choice_file(&args.dir, t);
+        let text = serde_json::to_string_pretty(&choice).map_err(|e| e.to_string())?;
+        std::fs::write(&file, text).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs this program again on `threads` threads with `extra` arguments; its standard output.
+fn run_child(args: &Args, threads: usize, extra: &[&str]) -> Result<Vec<u8>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let output = Command::new(exe)
+        .arg(&args.dir)
+        .arg("--ort-library")
+        .arg(&args.ort_library)
+        .args(["--threads", &threads.to_string(), "--runs", &args.runs.to_string()])
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot start a child: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} on {threads} threads failed: {}",
+            extra.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(output.stdout)
+}
+
 /// Where a configuration's child writes its outputs' bytes.
 fn outputs_file(dir: &Path, key: &str, threads: usize) -> PathBuf {
     dir.join(format!("outputs-{key}-{threads}.bin"))
@@ -143,27 +214,6 @@ fn outputs_file(dir: &Path, key: &str, threads: usize) -> PathBuf {
 
 /// Measures one configuration in a child process of its own.
 fn child(args: &Args, runner: Runner, threads: usize) -> Result<Row, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let output = Command::new(exe)
-        .arg(&args.dir)
-        .arg("--ort-library")
-        .arg(&args.ort_library)
-        .args([
-            "--threads",
-            &threads.to_string(),
-            "--runs",
-            &args.runs.to_string(),
-            "--child",
-            runner.key(),
-        ])
-        .output()
-        .map_err(|e| format!("cannot start a child: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} on {threads} threads failed: {}",
-            runner.describe(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    serde_json::from_slice(&output.stdout).map_err(|e| format!("a child printed no row: {e}"))
+    let out = run_child(args, threads, &["--child", runner.key()]).map_err(|e| format!("{}: {e}", runner.describe()))?;
+    serde_json::from_slice(&out).map_err(|e| format!("a child printed no row: {e}"))
 }

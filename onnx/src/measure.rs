@@ -20,6 +20,9 @@ pub enum Runner {
     /// graphsched's executor on `threads` threads with a scheduled plan, its per-node sessions
     /// sharing an intra-op pool of as many: both kinds of parallelism at once (oversubscribed).
     GraphschedBoth,
+    /// What graphsched picks with no flags: the clusters `--partition` chose and the way it
+    /// chose to run them (graphsched's executor, or ONNX Runtime's intra-op pool).
+    GraphschedAuto,
     /// ONNX Runtime's sequential executor, `threads` intra-op threads.
     OrtSequential,
     /// ONNX Runtime's parallel executor, `threads` inter-op threads, one intra-op thread.
@@ -28,7 +31,8 @@ pub enum Runner {
 
 impl Runner {
     /// Every runner, by the name the child process is given.
-    pub const ALL: [(&'static str, Runner); 8] = [
+    pub const ALL: [(&'static str, Runner); 9] = [
+        ("gs-auto", Runner::GraphschedAuto),
         ("gs-pool", Runner::Graphsched(Memory::Pool)),
         ("gs-sequential-plan", Runner::Graphsched(Memory::SequentialPlan)),
         ("gs-parallel-plan", Runner::Graphsched(Memory::ParallelPlan)),
@@ -55,6 +59,7 @@ impl Runner {
             Runner::Graphsched(memory) => format!("graphsched ({})", memory.name()),
             Runner::GraphschedIntra => "graphsched (sequential plan, shared intra-op pool)".to_string(),
             Runner::GraphschedBoth => "graphsched (scheduled plan, executor + intra-op pool)".to_string(),
+            Runner::GraphschedAuto => "graphsched (auto)".to_string(),
             Runner::OrtSequential => "onnxruntime (sequential, intra-op)".to_string(),
             Runner::OrtParallel => "onnxruntime (parallel, inter-op)".to_string(),
         }
@@ -100,7 +105,12 @@ pub fn measure(
     runs: usize,
     out: &Path,
 ) -> Result<Row, String> {
-    let shared = matches!(runner, Runner::GraphschedIntra | Runner::GraphschedBoth);
+    let auto = match runner {
+        Runner::GraphschedAuto => Some(crate::partition::Choice::load(&manifest.dir, threads)?),
+        _ => None,
+    };
+    let auto_intra = auto.as_ref().is_some_and(|c| c.chosen.way == crate::partition::Way::IntraOp);
+    let shared = matches!(runner, Runner::GraphschedIntra | Runner::GraphschedBoth) || auto_intra;
     let runtime = Runtime::load(library, shared.then_some(threads))?;
     let per_node = SessionConfig {
         intra_threads: 1,
@@ -121,7 +131,25 @@ pub fn measure(
         Ok(())
     };
     let mut activation = None;
+    let mut described = runner.describe();
     match runner {
+        Runner::GraphschedAuto => {
+            let clusters = Manifest::load(&crate::partition::clusters_dir(&manifest.dir, threads))?;
+            let intra = auto_intra;
+            described = format!(
+                "graphsched (auto: {} clusters, {})",
+                clusters.nodes.len(),
+                if intra { "intra-op pool" } else { "executor" }
+            );
+            let config = SessionConfig {
+                global_threads: intra,
+                ..per_node
+            };
+            let graph = OnnxGraph::build(&runtime, &clusters, config)?;
+            let mut engine = Engine::new(&graph, &clusters, if intra { 1 } else { threads }, Memory::Pool)?;
+            timed(&mut |keep| engine.run(&graph, keep).map(|r| r.1))?;
+            activation = Some(engine.pool_stats().peak_reserved_bytes);
+        }
         Runner::Graphsched(_) | Runner::GraphschedIntra | Runner::GraphschedBoth => {
             let memory = match runner {
                 Runner::Graphsched(m) => m,
@@ -150,7 +178,7 @@ pub fn measure(
     }
     let (growth, peak) = rss::growth_and_peak();
     Ok(Row {
-        runtime: runner.describe(),
+        runtime: described,
         config: runner.key().to_string(),
         threads,
         wall_ns: median(&mut times),

@@ -126,6 +126,11 @@ impl Engine {
 
     /// One run; the outputs' bytes when `keep` says so.
     pub fn run(&mut self, graph: &OnnxGraph<'_>, keep: bool) -> Result<(RunStats, Vec<Vec<u8>>), String> {
+        self.run_with(graph, keep, 0)
+    }
+
+    /// One run with `GS_RUN_*` `flags`; the outputs' bytes when `keep` says so.
+    pub fn run_with(&mut self, graph: &OnnxGraph<'_>, keep: bool, flags: u32) -> Result<(RunStats, Vec<Vec<u8>>), String> {
         let binding = gs_input_binding {
             value: graph.input,
             tensor: Tensor::new(self.input.ptr(), self.input.len),
@@ -135,6 +140,7 @@ impl Engine {
             num_inputs: 1,
             executor: self.executor,
             plan: self.plan,
+            flags,
             ..Default::default()
         };
         let mut result = ptr::null_mut();

@@ -1,0 +1,231 @@
+//! `--partition`: graphsched picks the clusters, and how to run them, from what the per-node
+//! graph measured, as any engine with a fixed cost per call would.
+//!
+//! For each way to run (graphsched's executor over single-threaded sessions; or the calling
+//! thread, every session sharing ONNX Runtime's intra-op pool), a child process builds the
+//! per-node graph, lets graphsched learn every node's duration (a few runs, estimates frozen
+//! while the sessions warm up), measures the fixed cost of a call (the per-node durations summed,
+//! less the whole model run in one session, per call saved), and asks `gs_partition_new` for
+//! the clusters on its threads. The parent keeps the way whose partition simulates fastest and
+//! writes `partition-T.json` for `prepare.py --clusters`, which writes one model per cluster.
+
+use crate::graph::{gs_check, OnnxGraph};
+use crate::manifest::Manifest;
+use crate::measure::median;
+use crate::ort_api::{Arena, Runtime, SessionConfig};
+use crate::run::{Engine, Memory, WholeModel};
+use graphsched::ffi::*;
+use graphsched::{GraphInfo, SimResult};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Runs that warm the sessions (estimates frozen), then runs graphsched learns from: at least
+/// `LEARN_RUNS`, and more until `LEARN_NS` have passed (graphsched times one call in 8 of a
+/// node's type, or in 64 for cheap ones, so short models need many runs), at most `MAX_RUNS`.
+const WARM_RUNS: usize = 2;
+const LEARN_RUNS: usize = 24;
+const LEARN_NS: u128 = 1_500_000_000;
+const MAX_RUNS: usize = 2_000;
+
+/// How the clusters run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Way {
+    /// graphsched's executor on the threads, each session on one thread.
+    Executor,
+    /// The calling thread alone, every session sharing ONNX Runtime's intra-op pool of the threads.
+    IntraOp,
+}
+
+/// One way measured and partitioned (a child's answer).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Proposal {
+    /// How the clusters would run.
+    pub way: Way,
+    /// Threads in all.
+    pub threads: usize,
+    /// The fixed cost of a call, measured.
+    pub call_cost_ns: u64,
+    /// Operator nodes, and clusters proposed.
+    pub nodes: usize,
+    /// Clusters as indices of the manifest's nodes.
+    pub clusters: Vec<Vec<usize>>,
+    /// Simulated makespan with one call a node, and with one call a cluster.
+    pub before_ns: u64,
+    pub after_ns: u64,
+    /// Simulated peak of live bytes with the clusters (internal values held for a cluster's time).
+    pub after_peak_bytes: u64,
+}
+
+/// What `partition-T.json` holds: the proposal kept, and every one considered.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Choice {
+    /// The proposal kept: the shortest simulated makespan.
+    pub chosen: Proposal,
+    /// Every proposal, the chosen one included.
+    pub considered: Vec<Proposal>,
+}
+
+impl Choice {
+    /// The choice `--partition` wrote for `threads` threads in `dir`.
+    pub fn load(dir: &Path, threads: usize) -> Result<Choice, String> {
+        let file = choice_file(dir, threads);
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| format!("cannot read {}: {e} (run gsched-onnx --partition first)", file.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{} is not a partition choice: {e}", file.display()))
+    }
+}
+
+/// Where the choice for `threads` threads is written.
+pub fn choice_file(dir: &Path, threads: usize) -> PathBuf {
+    dir.join(format!("partition-{threads}.json"))
+}
+
+/// Where `prepare.py --clusters` writes the cluster models for `threads` threads.
+pub fn clusters_dir(dir: &Path, threads: usize) -> PathBuf {
+    dir.join(format!("clusters-{threads}"))
+}
+
+/// The ways worth measuring on `threads` threads.
+pub fn ways(threads: usize) -> Vec<Way> {
+    if threads == 1 {
+        vec![Way::Executor]
+    } else {
+        vec![Way::Executor, Way::IntraOp]
+    }
+}
+
+/// Picks the proposal with the shortest simulated makespan (ties: fewer clusters).
+pub fn choose(considered: Vec<Proposal>) -> Option<Choice> {
+    let chosen = considered
+        .iter()
+        .min_by_key(|p| (p.after_ns, p.clusters.len()))?
+        .clone();
+    Some(Choice { chosen, considered })
+}
+
+/// In a child process: measures `way` on `threads` threads and partitions.
+pub fn propose(manifest: &Manifest, library: &Path, way: Way, threads: usize) -> Result<Proposal, String> {
+    let intra = way == Way::IntraOp;
+    let runtime = Runtime::load(library, intra.then_some(threads))?;
+    let config = SessionConfig {
+        intra_threads: 1,
+        global_threads: intra,
+        arena: Arena::Shared,
+        ..Default::default()
+    };
+    let graph = OnnxGraph::build(&runtime, manifest, config)?;
+    // Durations are learned on the calling thread: a node's time alone, as a call of its own.
+    let mut engine = Engine::new(&graph, manifest, 1, Memory::Pool)?;
+    for _ in 0..WARM_RUNS {
+        engine.run_with(&graph, false, GS_RUN_FREEZE_ESTIMATES)?;
+    }
+    let start = Instant::now();
+    let mut runs = 0;
+    while runs < LEARN_RUNS || (runs < MAX_RUNS && start.elapsed().as_nanos() < LEARN_NS) {
+        engine.run(&graph, false)?;
+        runs += 1;
+    }
+    let mut info = GraphInfo::default();
+    // SAFETY: a finalized graph and a writable out pointer.
+    gs_check(unsafe { gs_graph_get_info(graph.handle(), &mut info) }, "gs_graph_get_info")?;
+    let whole_ns = whole_model_ns(&runtime, manifest, config)?;
+    let calls = graph.nodes.max(2) as u64 - 1;
+    let call_cost_ns = info.total_work_ns.saturating_sub(whole_ns) / calls;
+    let options = gs_partition_options {
+        call_cost_ns,
+        threads: if intra { 1 } else { threads as u32 },
+        policy: GS_POLICY_DEFAULT,
+        memory_limit_bytes: 0,
+    };
+    let mut partition = std::ptr::null_mut();
+    // SAFETY: a finalized graph, readable options, a writable out pointer.
+    gs_check(
+        unsafe { gs_partition_new(graph.handle(), &options, &mut partition) },
+        "gs_partition_new",
+    )?;
+    let read = || -> Result<(Vec<Vec<usize>>, SimResult, SimResult), String> {
+        let (mut count, mut before, mut after) = (0usize, SimResult::default(), SimResult::default());
+        // SAFETY: a live partition and writable out pointers.
+        unsafe {
+            gs_check(gs_partition_cluster_count(partition, &mut count), "gs_partition_cluster_count")?;
+            gs_check(gs_partition_simulated(partition, &mut before, &mut after), "gs_partition_simulated")?;
+        }
+        let mut clusters = Vec::with_capacity(count);
+        for c in 0..count {
+            let (mut nodes, mut len) = (std::ptr::null(), 0usize);
+            // SAFETY: as above; the ids live as long as the partition, and are copied out.
+            let ids = unsafe {
+                gs_check(gs_partition_cluster(partition, c, &mut nodes, &mut len), "gs_partition_cluster")?;
+                std::slice::from_raw_parts(nodes, len)
+            };
+            // Node 0 is the graph input; the manifest's node i is graphsched's node i + 1.
+            clusters.push(ids.iter().map(|&id| id as usize - 1).collect());
+        }
+        Ok((clusters, before, after))
+    };
+    let read = read();
+    // SAFETY: made above, freed once.
+    unsafe { gs_partition_free(partition) };
+    let (clusters, before, after) = read?;
+    Ok(Proposal {
+        way,
+        threads,
+        call_cost_ns,
+        nodes: graph.nodes,
+        clusters,
+        before_ns: before.makespan_ns,
+        after_ns: after.makespan_ns,
+        after_peak_bytes: after.peak_live_bytes,
+    })
+}
+
+/// The whole model in one session run as `config` runs the nodes: median of a few runs.
+fn whole_model_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig) -> Result<u64, String> {
+    let session = runtime.session(
+        &manifest.dir.join(&manifest.prepared),
+        SessionConfig {
+            arena: Arena::Own,
+            ..config
+        },
+    )?;
+    let mut whole = WholeModel::new(runtime, session, manifest);
+    whole.run(false)?;
+    let mut times = (0..LEARN_RUNS / 2)
+        .map(|_| {
+            let start = Instant::now();
+            whole.run(false).map(|_| start.elapsed().as_nanos() as u64)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(median(&mut times))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proposal(way: Way, after_ns: u64, clusters: usize) -> Proposal {
+        Proposal {
+            way,
+            threads: 2,
+            call_cost_ns: 1000,
+            nodes: 10,
+            clusters: vec![vec![0]; clusters],
+            before_ns: 100,
+            after_ns,
+            after_peak_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn the_fastest_way_is_chosen_and_ties_go_to_fewer_calls() {
+        let c = choose(vec![proposal(Way::Executor, 90, 3), proposal(Way::IntraOp, 50, 9)]).unwrap();
+        assert_eq!(c.chosen.way, Way::IntraOp);
+        assert_eq!(c.considered.len(), 2);
+        let tie = choose(vec![proposal(Way::Executor, 50, 3), proposal(Way::IntraOp, 50, 9)]).unwrap();
+        assert_eq!(tie.chosen.way, Way::Executor);
+        assert!(choose(Vec::new()).is_none());
+        assert_eq!(ways(1), [Way::Executor]);
+    }
+}
