@@ -6,6 +6,7 @@ Usage: test_prepare.py GSCHED_ONNX ORT_LIBRARY WORK_DIR   (scripts/test.sh runs 
 """
 
 import os
+import json
 import subprocess
 import sys
 
@@ -58,6 +59,32 @@ if done.returncode == 0:
     check = subprocess.run([exe, out, "--ort-library", library, "--check", "--threads", "2"], capture_output=True, text=True)
     expect(check.returncode == 0 and check.stdout.count(" yes ") == 6,
            f"its outputs are bitwise equal to ONNX Runtime's in all six modes ({check.stdout[-400:]}{check.stderr[-300:]})")
+    # graphsched's own partition, then clusters of two nodes each (consecutive in the manifest's
+    # topological order, so convex): every cluster's model reads and writes across clusters.
+    part = subprocess.run([exe, out, "--ort-library", library, "--partition", "--threads", "2"],
+                          capture_output=True, text=True)
+    expect(part.returncode == 0 and os.path.exists(os.path.join(out, "partition-2.json")),
+           f"graphsched partitions it ({part.stderr.strip()[-300:]})")
+    with open(os.path.join(out, "manifest.json")) as f:
+        count = len(json.load(f)["nodes"])
+    pairs = [list(range(i, min(i + 2, count))) for i in range(0, count, 2)]
+    with open(os.path.join(out, "partition-2.json"), "w") as f:
+        json.dump({"chosen": {"clusters": pairs}, "considered": []}, f)
+    for t in ("1", "2"):
+        written = subprocess.run([sys.executable, os.path.join(here, "prepare.py"), "--clusters",
+                                  os.path.join(out, f"partition-{t}.json"), os.path.join(out, f"clusters-{t}")],
+                                 capture_output=True, text=True)
+        expect(written.returncode == 0, f"prepare.py --clusters writes the cluster models at {t} ({written.stderr.strip()[-300:]})")
+    check = subprocess.run([exe, out, "--ort-library", library, "--check", "--threads", "2"], capture_output=True, text=True)
+    expect(check.returncode == 0 and check.stdout.count(" yes ") == 12 and "clusters, scheduled plan" in check.stdout,
+           f"its clusters ({len(pairs)} at 2 threads) are bitwise equal too ({check.stdout[-600:]}{check.stderr[-300:]})")
+    bad = os.path.join(out, "partition-bad.json")
+    with open(bad, "w") as f:
+        json.dump({"chosen": {"clusters": pairs[1:]}, "considered": []}, f)
+    refused = subprocess.run([sys.executable, os.path.join(here, "prepare.py"), "--clusters", bad, os.path.join(out, "bad")],
+                             capture_output=True, text=True)
+    expect(refused.returncode == 2 and "leave" in refused.stderr,
+           f"clusters that leave nodes out are refused ({refused.stderr.strip()[-200:]})")
 
 # Splits: a node whose first, optional output is omitted (GRU's Y: outputs ["", "Y_h"]).
 seq = helper.make_tensor_value_info("seq", TensorProto.FLOAT, [2, "batch", 3])

@@ -14,7 +14,9 @@ fn dag(spec: &[(u64, usize, Vec<usize>)], two_inputs: bool) -> Graph {
     let y = if two_inputs { b.add_input("y", 32).unwrap() } else { x };
     let mut ids: Vec<u32> = Vec::new();
     for (i, (ns, bytes, reads)) in spec.iter().enumerate() {
-        let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(()))).output(*bytes).estimate_ns(*ns);
+        let mut d = NodeDesc::new(format!("n{i}"), "Op", Box::new(|_| Ok(())))
+            .output(*bytes)
+            .estimate_ns(*ns);
         if i % 5 == 4 {
             d = d.output(*bytes / 2 + 1); // a second output, often read by nobody
         }
@@ -130,10 +132,24 @@ proptest! {
 #[test]
 fn a_graph_that_cannot_fit_is_refused_by_name() {
     let g = dag(&[(1000, 4096, vec![])], false);
-    let e = partition(&g, &PartitionOptions { memory_limit_bytes: 100, ..Default::default() }).unwrap_err();
+    let e = partition(
+        &g,
+        &PartitionOptions {
+            memory_limit_bytes: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(e.kind(), graphsched::ErrorKind::MemoryLimit);
     assert!(e.message().contains("'n0'"), "{e}");
-    let zero = partition(&g, &PartitionOptions { threads: 0, ..Default::default() }).unwrap_err();
+    let zero = partition(
+        &g,
+        &PartitionOptions {
+            threads: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
     assert_eq!(zero.kind(), graphsched::ErrorKind::InvalidArgument);
 }
 
@@ -142,7 +158,19 @@ fn wide_graphs_of_short_nodes_merge_into_as_many_clusters_as_threads_use() {
     // 40 independent 2 us nodes, each call 1.5 us of it, on 2 threads.
     let spec: Vec<_> = (0..40).map(|_| (2000u64, 64usize, vec![])).collect();
     let g = dag(&spec, false);
-    let p = check_partition(&g, &PartitionOptions { call_cost_ns: 1500, threads: 2, ..Default::default() });
+    let p = check_partition(
+        &g,
+        &PartitionOptions {
+            call_cost_ns: 1500,
+            threads: 2,
+            ..Default::default()
+        },
+    );
     assert!(p.clusters().len() <= 4, "{} clusters", p.clusters().len());
-    assert!(p.after().makespan_ns * 3 < p.before().makespan_ns, "{:?} {:?}", p.before(), p.after());
+    assert!(
+        p.after().makespan_ns * 3 < p.before().makespan_ns,
+        "{:?} {:?}",
+        p.before(),
+        p.after()
+    );
 }

@@ -12,8 +12,8 @@ use std::path::Path;
 pub struct Check {
     /// Threads in all.
     pub threads: usize,
-    /// Where the values lived.
-    pub memory: &'static str,
+    /// Where the values lived (and whether the graph was the clusters').
+    pub memory: String,
     /// Every output byte equal, in two runs one after the other.
     pub bitwise_equal: bool,
     /// Largest difference of one element (float outputs), over the two runs.
@@ -49,34 +49,65 @@ pub fn check(manifest: &Manifest, library: &Path, threads: &[usize]) -> Result<(
     )?;
     let mut checks = Vec::new();
     for &t in threads {
-        for memory in modes(t) {
-            let mut engine = Engine::new(&graph, manifest, t, memory)?;
-            let mut check = Check {
-                threads: t,
-                memory: memory.name(),
-                bitwise_equal: true,
-                max_abs_diff: 0.0,
-            };
-            for _ in 0..2 {
-                let (_, outputs) = engine.run(&graph, true)?;
-                if outputs.len() != reference.len() {
-                    return Err(format!(
-                        "graphsched gave {} outputs, ONNX Runtime {}",
-                        outputs.len(),
-                        reference.len()
-                    ));
-                }
-                for ((got, want), out) in outputs.iter().zip(&reference).zip(&graph.outputs) {
-                    check.bitwise_equal &= got == want;
-                    if out.info.elem_type == 1 {
-                        check.max_abs_diff = check.max_abs_diff.max(max_abs_diff(got, want));
-                    }
-                }
-            }
-            checks.push(check);
+        compare(&graph, manifest, t, "", &reference, &mut checks)?;
+    }
+    // The clusters graphsched chose (`--partition`), where they were written.
+    for &t in threads {
+        let dir = crate::partition::clusters_dir(&manifest.dir, t);
+        if !dir.join("manifest.json").exists() {
+            continue;
         }
+        let clusters = Manifest::load(&dir)?;
+        let cluster_graph = OnnxGraph::build(
+            &runtime,
+            &clusters,
+            SessionConfig {
+                arena: Arena::Shared,
+                value_by_value: true,
+                ..config
+            },
+        )?;
+        compare(&cluster_graph, &clusters, t, "clusters, ", &reference, &mut checks)?;
     }
     Ok((checks, graph.simulate(threads)?))
+}
+
+/// Runs `graph` in every memory mode on `t` threads, twice each, against `reference`.
+fn compare(
+    graph: &OnnxGraph<'_>,
+    manifest: &Manifest,
+    t: usize,
+    what: &str,
+    reference: &[Vec<u8>],
+    checks: &mut Vec<Check>,
+) -> Result<(), String> {
+    for memory in modes(t) {
+        let mut engine = Engine::new(graph, manifest, t, memory)?;
+        let mut check = Check {
+            threads: t,
+            memory: format!("{what}{}", memory.name()),
+            bitwise_equal: true,
+            max_abs_diff: 0.0,
+        };
+        for _ in 0..2 {
+            let (_, outputs) = engine.run(graph, true)?;
+            if outputs.len() != reference.len() {
+                return Err(format!(
+                    "graphsched gave {} outputs, ONNX Runtime {}",
+                    outputs.len(),
+                    reference.len()
+                ));
+            }
+            for ((got, want), out) in outputs.iter().zip(reference).zip(&graph.outputs) {
+                check.bitwise_equal &= got == want;
+                if out.info.elem_type == 1 {
+                    check.max_abs_diff = check.max_abs_diff.max(max_abs_diff(got, want));
+                }
+            }
+        }
+        checks.push(check);
+    }
+    Ok(())
 }
 
 /// Largest |a - b| over two float32 buffers (infinite where one is NaN and the other not).

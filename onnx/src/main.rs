@@ -11,6 +11,7 @@ mod manifest;
 mod measure;
 mod ort_api;
 mod partition;
+mod pool_allocator;
 mod report;
 mod run;
 
@@ -214,6 +215,7 @@ fn outputs_file(dir: &Path, key: &str, threads: usize) -> PathBuf {
 
 /// Measures one configuration in a child process of its own.
 fn child(args: &Args, runner: Runner, threads: usize) -> Result<Row, String> {
-    let out = run_child(args, threads, &["--child", runner.key()]).map_err(|e| format!("{}: {e}", runner.describe()))?;
+    let out =
+        run_child(args, threads, &["--child", runner.key()]).map_err(|e| format!("{}: {e}", runner.describe()))?;
     serde_json::from_slice(&out).map_err(|e| format!("a child printed no row: {e}"))
 }

@@ -109,9 +109,17 @@ pub fn measure(
         Runner::GraphschedAuto => Some(crate::partition::Choice::load(&manifest.dir, threads)?),
         _ => None,
     };
-    let auto_intra = auto.as_ref().is_some_and(|c| c.chosen.way == crate::partition::Way::IntraOp);
+    let auto_intra = auto
+        .as_ref()
+        .is_some_and(|c| c.chosen.way == crate::partition::Way::IntraOp);
     let shared = matches!(runner, Runner::GraphschedIntra | Runner::GraphschedBoth) || auto_intra;
-    let runtime = Runtime::load(library, shared.then_some(threads))?;
+    // graphsched's runs of its clusters give ONNX Runtime its memory from graphsched's pool;
+    // declared first, so that it is freed last.
+    let pool = auto
+        .as_ref()
+        .map(|_| crate::pool_allocator::OwnedPool::new())
+        .transpose()?;
+    let runtime = Runtime::load_with(library, shared.then_some(threads), pool.as_ref().map(|p| p.handle()))?;
     let per_node = SessionConfig {
         intra_threads: 1,
         global_threads: shared,
@@ -121,6 +129,7 @@ pub fn measure(
     let mut times = Vec::with_capacity(runs);
     let mut timed = |f: &mut dyn FnMut(bool) -> Result<Vec<Vec<u8>>, String>| -> Result<(), String> {
         let start_rss = rss::reset_peak();
+
         std::fs::write(out, f(true)?.concat()).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
         for _ in 0..runs {
             let start = Instant::now();
@@ -143,10 +152,13 @@ pub fn measure(
             );
             let config = SessionConfig {
                 global_threads: intra,
+                value_by_value: true,
                 ..per_node
             };
             let graph = OnnxGraph::build(&runtime, &clusters, config)?;
-            let mut engine = Engine::new(&graph, &clusters, if intra { 1 } else { threads }, Memory::Pool)?;
+            let executor_threads = if intra { 1 } else { threads };
+            let on = pool.as_ref().map(|p| p.handle());
+            let mut engine = Engine::new_on(&graph, &clusters, executor_threads, Memory::Pool, on)?;
             timed(&mut |keep| engine.run(&graph, keep).map(|r| r.1))?;
             activation = Some(engine.pool_stats().peak_reserved_bytes);
         }
@@ -170,6 +182,7 @@ pub fn measure(
                 parallel,
                 global_threads: false,
                 arena: Arena::Own,
+                value_by_value: false,
             };
             let session = runtime.session(&manifest.dir.join(&manifest.prepared), config)?;
             let mut whole = WholeModel::new(&runtime, session, manifest);
@@ -177,6 +190,7 @@ pub fn measure(
         }
     }
     let (growth, peak) = rss::growth_and_peak();
+
     Ok(Row {
         runtime: described,
         config: runner.key().to_string(),

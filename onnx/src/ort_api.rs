@@ -21,6 +21,8 @@ pub struct Runtime {
     api: &'static OrtApi,
     env: NonNull<OrtEnv>,
     cpu: NonNull<OrtMemoryInfo>,
+    /// The allocator over graphsched's pool, when sessions' shared memory comes from there.
+    pool_allocator: Option<Box<crate::pool_allocator::PoolAllocator>>,
 }
 
 // SAFETY: ONNX Runtime's environment and memory info are immutable after creation and documented
@@ -42,6 +44,11 @@ pub struct SessionConfig {
     pub global_threads: bool,
     /// Where the kernels' scratch memory comes from.
     pub arena: Arena,
+    /// Allocate each value as it is made and free it after its last reader, instead of one
+    /// block per run planned from the first run (ONNX Runtime's memory pattern): what a session
+    /// whose memory comes from graphsched's pool wants, so that freed bytes serve the next
+    /// value, the next cluster and graphsched's own values.
+    pub value_by_value: bool,
 }
 
 /// Where a session's kernels take their scratch memory (and, for a whole model, its values).
@@ -59,6 +66,16 @@ impl Runtime {
     /// Loads the library at `library` and makes an environment. With `global_intra_threads`, the
     /// environment owns one intra-op pool of that many threads that sessions may share.
     pub fn load(library: &Path, global_intra_threads: Option<usize>) -> Result<Runtime> {
+        Runtime::load_with(library, global_intra_threads, None)
+    }
+
+    /// [`load`](Self::load), the sessions' shared memory (`Arena::Shared`) taken from graphsched's
+    /// `pool` when given (see `pool_allocator`), which must outlive the runtime.
+    pub fn load_with(
+        library: &Path,
+        global_intra_threads: Option<usize>,
+        pool: Option<*mut graphsched::ffi::gs_pool>,
+    ) -> Result<Runtime> {
         let _ =
             ort::init_from(library).map_err(|e| format!("cannot load ONNX Runtime from {}: {e}", library.display()))?;
         let api = ort::api();
@@ -109,7 +126,22 @@ impl Runtime {
             }
         };
         // From here on, dropping `runtime` releases both.
-        let runtime = Runtime { api, env, cpu };
+        let mut runtime = Runtime {
+            api,
+            env,
+            cpu,
+            pool_allocator: None,
+        };
+        if let Some(pool) = pool {
+            let mut allocator = crate::pool_allocator::PoolAllocator::new(pool, cpu.as_ptr());
+            // SAFETY: a live environment; the allocator is boxed and kept until after the
+            // environment is released (unregistered first, on drop).
+            check(api, unsafe {
+                (api.RegisterAllocator)(env.as_ptr(), allocator.as_ort())
+            })?;
+            runtime.pool_allocator = Some(allocator);
+            return Ok(runtime);
+        }
         // The arena sessions with `Arena::Shared` use (defaults: grows by powers of two, never shrinks).
         let mut arena_info = ptr::null_mut();
         // SAFETY: valid out pointer; the info is released after the allocator is registered.
@@ -155,6 +187,9 @@ impl Runtime {
                 )?;
             }
             check(api, (api.SetSessionLogSeverityLevel)(o, 3))?;
+            if config.value_by_value {
+                check(api, (api.DisableMemPattern)(o))?;
+            }
             if config.global_threads {
                 check(api, (api.DisablePerSessionThreads)(o))?;
             } else {
@@ -209,6 +244,12 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         // SAFETY: made in `load`, released once; sessions borrow the runtime, so none is left.
         unsafe {
+            if self.pool_allocator.is_some() {
+                let _ = check(
+                    self.api,
+                    (self.api.UnregisterAllocator)(self.env.as_ptr(), self.cpu.as_ptr()),
+                );
+            }
             (self.api.ReleaseMemoryInfo)(self.cpu.as_ptr());
             (self.api.ReleaseEnv)(self.env.as_ptr());
         }

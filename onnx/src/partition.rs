@@ -71,8 +71,12 @@ impl Choice {
     /// The choice `--partition` wrote for `threads` threads in `dir`.
     pub fn load(dir: &Path, threads: usize) -> Result<Choice, String> {
         let file = choice_file(dir, threads);
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("cannot read {}: {e} (run gsched-onnx --partition first)", file.display()))?;
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            format!(
+                "cannot read {}: {e} (run gsched-onnx --partition first)",
+                file.display()
+            )
+        })?;
         serde_json::from_str(&text).map_err(|e| format!("{} is not a partition choice: {e}", file.display()))
     }
 }
@@ -129,7 +133,10 @@ pub fn propose(manifest: &Manifest, library: &Path, way: Way, threads: usize) ->
     }
     let mut info = GraphInfo::default();
     // SAFETY: a finalized graph and a writable out pointer.
-    gs_check(unsafe { gs_graph_get_info(graph.handle(), &mut info) }, "gs_graph_get_info")?;
+    gs_check(
+        unsafe { gs_graph_get_info(graph.handle(), &mut info) },
+        "gs_graph_get_info",
+    )?;
     let whole_ns = whole_model_ns(&runtime, manifest, config)?;
     let calls = graph.nodes.max(2) as u64 - 1;
     let call_cost_ns = info.total_work_ns.saturating_sub(whole_ns) / calls;
@@ -141,23 +148,30 @@ pub fn propose(manifest: &Manifest, library: &Path, way: Way, threads: usize) ->
     };
     let mut partition = std::ptr::null_mut();
     // SAFETY: a finalized graph, readable options, a writable out pointer.
-    gs_check(
-        unsafe { gs_partition_new(graph.handle(), &options, &mut partition) },
-        "gs_partition_new",
-    )?;
+    let status = unsafe { gs_partition_new(graph.handle(), &options, &mut partition) };
+    gs_check(status, "gs_partition_new")?;
     let read = || -> Result<(Vec<Vec<usize>>, SimResult, SimResult), String> {
         let (mut count, mut before, mut after) = (0usize, SimResult::default(), SimResult::default());
         // SAFETY: a live partition and writable out pointers.
         unsafe {
-            gs_check(gs_partition_cluster_count(partition, &mut count), "gs_partition_cluster_count")?;
-            gs_check(gs_partition_simulated(partition, &mut before, &mut after), "gs_partition_simulated")?;
+            gs_check(
+                gs_partition_cluster_count(partition, &mut count),
+                "gs_partition_cluster_count",
+            )?;
+            gs_check(
+                gs_partition_simulated(partition, &mut before, &mut after),
+                "gs_partition_simulated",
+            )?;
         }
         let mut clusters = Vec::with_capacity(count);
         for c in 0..count {
             let (mut nodes, mut len) = (std::ptr::null(), 0usize);
             // SAFETY: as above; the ids live as long as the partition, and are copied out.
             let ids = unsafe {
-                gs_check(gs_partition_cluster(partition, c, &mut nodes, &mut len), "gs_partition_cluster")?;
+                gs_check(
+                    gs_partition_cluster(partition, c, &mut nodes, &mut len),
+                    "gs_partition_cluster",
+                )?;
                 std::slice::from_raw_parts(nodes, len)
             };
             // Node 0 is the graph input; the manifest's node i is graphsched's node i + 1.

@@ -23,12 +23,12 @@ pub fn print_checks(manifest: &Manifest, checks: &[Check], parallelism: &Paralle
         manifest.optimization
     );
     println!(
-        "{:>7}  {:<16} {:>13} {:>12}",
+        "{:>7}  {:<26} {:>13} {:>12}",
         "threads", "memory", "bitwise equal", "max abs diff"
     );
     for c in checks {
         println!(
-            "{:>7}  {:<16} {:>13} {:>12.3e}",
+            "{:>7}  {:<26} {:>13} {:>12.3e}",
             c.threads,
             c.memory,
             if c.bitwise_equal { "yes" } else { "NO" },

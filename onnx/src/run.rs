@@ -75,6 +75,8 @@ impl Memory {
 /// A pool, an executor (none for one thread: runs go on the calling thread) and a plan.
 pub struct Engine {
     pool: *mut gs_pool,
+    /// Whether the engine made the pool (and frees it).
+    owns_pool: bool,
     executor: *mut gs_executor,
     plan: *mut gs_plan,
     input: Aligned,
@@ -86,7 +88,9 @@ impl Drop for Engine {
         unsafe {
             gs_plan_free(self.plan);
             gs_executor_free(self.executor);
-            gs_pool_free(self.pool);
+            if self.owns_pool {
+                gs_pool_free(self.pool);
+            }
         }
     }
 }
@@ -94,14 +98,29 @@ impl Drop for Engine {
 impl Engine {
     /// What runs of `graph` on `threads` threads with `memory` need.
     pub fn new(graph: &OnnxGraph<'_>, manifest: &Manifest, threads: usize, memory: Memory) -> Result<Engine, String> {
+        Engine::new_on(graph, manifest, threads, memory, None)
+    }
+
+    /// [`new`](Self::new), on `pool` when given (which must outlive the engine) instead of a
+    /// pool of its own.
+    pub fn new_on(
+        graph: &OnnxGraph<'_>,
+        manifest: &Manifest,
+        threads: usize,
+        memory: Memory,
+        pool: Option<*mut gs_pool>,
+    ) -> Result<Engine, String> {
         let mut engine = Engine {
-            pool: ptr::null_mut(),
+            pool: pool.unwrap_or(ptr::null_mut()),
+            owns_pool: pool.is_none(),
             executor: ptr::null_mut(),
             plan: ptr::null_mut(),
             input: Aligned::from(&manifest.input_bytes()),
         };
-        // SAFETY: NULL config means defaults; valid out pointer.
-        gs_check(unsafe { gs_pool_new(ptr::null(), &mut engine.pool) }, "gs_pool_new")?;
+        if engine.owns_pool {
+            // SAFETY: NULL config means defaults; valid out pointer.
+            gs_check(unsafe { gs_pool_new(ptr::null(), &mut engine.pool) }, "gs_pool_new")?;
+        }
         if threads > 1 {
             let config = gs_executor_config {
                 threads: threads as u32,
@@ -130,7 +149,12 @@ impl Engine {
     }
 
     /// One run with `GS_RUN_*` `flags`; the outputs' bytes when `keep` says so.
-    pub fn run_with(&mut self, graph: &OnnxGraph<'_>, keep: bool, flags: u32) -> Result<(RunStats, Vec<Vec<u8>>), String> {
+    pub fn run_with(
+        &mut self,
+        graph: &OnnxGraph<'_>,
+        keep: bool,
+        flags: u32,
+    ) -> Result<(RunStats, Vec<Vec<u8>>), String> {
         let binding = gs_input_binding {
             value: graph.input,
             tensor: Tensor::new(self.input.ptr(), self.input.len),

@@ -149,7 +149,14 @@ pub fn partition(graph: &Graph, options: &PartitionOptions) -> Result<Partition>
     };
     let before = start.sim;
     let found = search::search(graph, start, &costs, &sim)?;
-    Ok(finish(graph, found.best.cluster_of, found.best.clusters, before, found.best.sim, found.evaluations))
+    Ok(finish(
+        graph,
+        found.best.cluster_of,
+        found.best.clusters,
+        before,
+        found.best.sim,
+        found.evaluations,
+    ))
 }
 
 /// Simulates a given partition (clusters of node ids, as [`Partition::clusters`] gives them,
@@ -215,7 +222,14 @@ fn singletons(graph: &Graph) -> Vec<u32> {
 }
 
 /// The partition as callers see it: clusters in topological order, members too.
-fn finish(graph: &Graph, cluster_of: Vec<u32>, count: usize, before: SimResult, after: SimResult, evaluations: u64) -> Partition {
+fn finish(
+    graph: &Graph,
+    cluster_of: Vec<u32>,
+    count: usize,
+    before: SimResult,
+    after: SimResult,
+    evaluations: u64,
+) -> Partition {
     let pos = graph.topological_positions();
     let mut clusters = members(&cluster_of, count);
     for list in &mut clusters {

@@ -137,15 +137,18 @@ pub(super) fn quotient(graph: &Graph, cluster_of: &[u32], clusters: usize, costs
     for node in 0..n as u32 {
         let c = cluster_of[node as usize];
         if c == u32::MAX {
-            b.add_input(&format!("i{node}"), graph.value_size(node_value(graph, node)).bytes().unwrap_or(1))?;
+            b.add_input(
+                &format!("i{node}"),
+                graph.value_size(node_value(graph, node)).bytes().unwrap_or(1),
+            )?;
             continue;
         }
         if std::mem::replace(&mut added[c as usize], true) {
             continue;
         }
         let list = &members[c as usize];
-        let mut desc = NodeDesc::new(format!("c{c}"), "cluster", Box::new(|_| Ok(())))
-            .estimate_ns(costs.cluster_ns(list));
+        let mut desc =
+            NodeDesc::new(format!("c{c}"), "cluster", Box::new(|_| Ok(()))).estimate_ns(costs.cluster_ns(list));
         for &m in list {
             for &v in graph.node_inputs(m) {
                 if cluster_of[graph.value_producer(v) as usize] != c {
@@ -170,7 +173,11 @@ fn node_value(graph: &Graph, node: u32) -> u32 {
 
 /// Simulates the cluster graph on `options`, recording each cluster node's start and finish in
 /// `events` (see [`simulate_with`]).
-pub(super) fn simulate_quotient(q: &Quotient, options: &SimOptions, events: Option<&mut Vec<[u32; 2]>>) -> Result<SimResult> {
+pub(super) fn simulate_quotient(
+    q: &Quotient,
+    options: &SimOptions,
+    events: Option<&mut Vec<[u32; 2]>>,
+) -> Result<SimResult> {
     simulate_with(&q.graph, &q.graph.priorities(), options, events)
 }
 
@@ -194,14 +201,21 @@ pub(super) fn cluster_map(graph: &Graph, clusters: &[Vec<u32>]) -> Result<Vec<u3
             if graph.is_graph_input(node) {
                 return err(
                     ErrorKind::InvalidArgument,
-                    format!("cluster {c} names graph input {}: clusters hold operator nodes", graph.node_label(node)),
+                    format!(
+                        "cluster {c} names graph input {}: clusters hold operator nodes",
+                        graph.node_label(node)
+                    ),
                 );
             }
             let slot = &mut cluster_of[node as usize];
             if *slot != u32::MAX {
                 return err(
                     ErrorKind::InvalidArgument,
-                    format!("node {} is in cluster {} and in cluster {c}", graph.node_label(node), *slot),
+                    format!(
+                        "node {} is in cluster {} and in cluster {c}",
+                        graph.node_label(node),
+                        *slot
+                    ),
                 );
             }
             *slot = c as u32;

@@ -259,7 +259,12 @@ fn reaches_indirectly(g: &Graph, pos: &[u32], from: u32, to: u32) -> bool {
 /// reads, when that cluster reads from no other one.
 fn chain_clusters(graph: &Graph, cluster_of: &[u32]) -> (Vec<u32>, usize) {
     let n = graph.node_count();
-    let clusters = cluster_of.iter().filter(|&&c| c != u32::MAX).map(|&c| c as usize + 1).max().unwrap_or(0);
+    let clusters = cluster_of
+        .iter()
+        .filter(|&&c| c != u32::MAX)
+        .map(|&c| c as usize + 1)
+        .max()
+        .unwrap_or(0);
     // Per cluster: the one cluster reading it / read by it, u32::MAX for none, MANY for more.
     const MANY: u32 = u32::MAX - 1;
     let mut reader = vec![u32::MAX; clusters];

@@ -2,7 +2,9 @@ use super::*;
 use crate::graph::{GraphBuilder, NodeDesc, ValueRef};
 
 fn op(name: &str, ns: u64, bytes: usize) -> NodeDesc {
-    NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(bytes).estimate_ns(ns)
+    NodeDesc::new(name, "Op", Box::new(|_| Ok(())))
+        .output(bytes)
+        .estimate_ns(ns)
 }
 
 /// x -> a -> {b, c} -> d: two branches of `branch_ns` between cheap nodes.
@@ -32,7 +34,12 @@ fn long_branches_stay_apart_on_two_threads_and_merge_on_one() {
     let g = diamond(100_000);
     let two = partition(&g, &options(500, 2)).unwrap();
     let (b, c) = (2, 3);
-    assert_ne!(two.cluster_of(b), two.cluster_of(c), "the schedule needs them apart: {:?}", two.clusters());
+    assert_ne!(
+        two.cluster_of(b),
+        two.cluster_of(c),
+        "the schedule needs them apart: {:?}",
+        two.clusters()
+    );
     assert!(two.after().makespan_ns <= two.before().makespan_ns);
     let one = partition(&g, &options(500, 1)).unwrap();
     assert_eq!(one.clusters().len(), 1, "one thread: every call saved is time saved");
@@ -71,18 +78,27 @@ fn internal_values_count_against_the_limit() {
     .unwrap();
     assert!(tight.clusters().len() > 1, "{:?}", tight.clusters());
     assert!(tight.after().peak_live_bytes <= limit);
-    assert!(tight.after().makespan_ns < tight.before().makespan_ns, "it still merges what fits");
+    assert!(
+        tight.after().makespan_ns < tight.before().makespan_ns,
+        "it still merges what fits"
+    );
 }
 
 #[test]
 fn given_partitions_are_checked() {
     let g = diamond(1000);
     let sim = |clusters: &[Vec<u32>]| simulate_partition(&g, clusters, &options(0, 2));
-    assert_eq!(sim(&[]).unwrap().makespan_ns, crate::sim::simulate(&g, &options(0, 2).sim()).unwrap().makespan_ns);
+    assert_eq!(
+        sim(&[]).unwrap().makespan_ns,
+        crate::sim::simulate(&g, &options(0, 2).sim()).unwrap().makespan_ns
+    );
     let not_convex = sim(&[vec![1, 4], vec![2], vec![3]]).unwrap_err();
     assert!(not_convex.message().contains("not convex"), "{not_convex}");
     let missing = sim(&[vec![1, 2, 3]]).unwrap_err();
-    assert!(missing.message().contains("node 'd'") && missing.message().contains("no cluster"), "{missing}");
+    assert!(
+        missing.message().contains("node 'd'") && missing.message().contains("no cluster"),
+        "{missing}"
+    );
     let twice = sim(&[vec![1, 2], vec![2, 3, 4]]).unwrap_err();
     assert!(twice.message().contains("cluster 0 and in cluster 1"), "{twice}");
     let input = sim(&[vec![0, 1, 2, 3, 4]]).unwrap_err();

@@ -415,12 +415,23 @@ fn a_scheduled_plan_reaches_near_the_bound_where_parallel_safe_cannot() {
 #[test]
 fn partition_covers_every_node_once_and_never_simulates_slower() {
     let file = graph("yolov8n-320.json");
-    let v = json(&["partition", &file, "--call-cost-ns", "20000", "--threads", "2", "--json"]);
+    let v = json(&[
+        "partition",
+        &file,
+        "--call-cost-ns",
+        "20000",
+        "--threads",
+        "2",
+        "--json",
+    ]);
     let (before, after) = (&v["before"], &v["after"]);
     assert!(u(&after["makespan_ns"]) <= u(&before["makespan_ns"]), "{v}");
     let clusters = v["clusters"].as_array().unwrap();
     assert_eq!(u(&after["calls"]), clusters.len() as u64);
-    assert!(clusters.len() < u(&before["calls"]) as usize, "calls of 20 us merge something");
+    assert!(
+        clusters.len() < u(&before["calls"]) as usize,
+        "calls of 20 us merge something"
+    );
     let mut seen: Vec<u64> = clusters
         .iter()
         .flat_map(|c| c["nodes"].as_array().unwrap().iter().map(u))
@@ -430,8 +441,18 @@ fn partition_covers_every_node_once_and_never_simulates_slower() {
     assert_eq!(seen.len(), before_calls, "every operator node once");
     seen.dedup();
     assert_eq!(seen.len(), before_calls);
-    let table = stdout(&gsched(&["partition", &file, "--call-cost-ns", "20000", "--threads", "2"]));
-    assert!(table.contains("one call a cluster") && table.contains("clusters"), "{table}");
+    let table = stdout(&gsched(&[
+        "partition",
+        &file,
+        "--call-cost-ns",
+        "20000",
+        "--threads",
+        "2",
+    ]));
+    assert!(
+        table.contains("one call a cluster") && table.contains("clusters"),
+        "{table}"
+    );
     let refused = gsched(&["partition", &file, "--call-cost-ns", "1", "--memory-limit", "10"]);
     assert!(!refused.status.success());
     assert!(stderr(&refused).contains("memory limit"), "{}", stderr(&refused));
