@@ -67,6 +67,7 @@ areas!(
     cancel_tokens,
     kernel_context,
     simulator,
+    partitions,
 );
 
 /// What the cases produced: the statuses returned, and the functions given a misuse case (a
@@ -398,6 +399,7 @@ fn every_exported_function_has_a_misuse_case() {
         "gs_plan_free",
         "gs_executor_free",
         "gs_cancel_token_free",
+        "gs_partition_free",
     ];
     let mut exported = BTreeSet::new();
     for line in header().lines().filter(|l| !l.trim_start().starts_with("//")) {

@@ -133,10 +133,8 @@ pub fn propose(manifest: &Manifest, library: &Path, way: Way, threads: usize) ->
     }
     let mut info = GraphInfo::default();
     // SAFETY: a finalized graph and a writable out pointer.
-    gs_check(
-        unsafe { gs_graph_get_info(graph.handle(), &mut info) },
-        "gs_graph_get_info",
-    )?;
+    let status = unsafe { gs_graph_get_info(graph.handle(), &mut info) };
+    gs_check(status, "gs_graph_get_info")?;
     let whole_ns = whole_model_ns(&runtime, manifest, config)?;
     let calls = graph.nodes.max(2) as u64 - 1;
     let call_cost_ns = info.total_work_ns.saturating_sub(whole_ns) / calls;

@@ -452,3 +452,44 @@ pub(super) fn simulator(s: &mut Spec) {
         "the graphs are freed": { gs_graph_free(g); gs_graph_free(unfinalized) } => returns (), "";
     }
 }
+
+pub(super) fn partitions(s: &mut Spec) {
+    let (g, unfinalized) = (two_fills_graph(s), new_graph());
+    let two = gs_partition_options {
+        call_cost_ns: 500,
+        threads: 2,
+        ..Default::default()
+    };
+    let bad_policy = gs_partition_options { policy: 99, ..two };
+    let (mut p, mut count, mut len) = (null_mut(), 0usize, 0usize);
+    let mut nodes: *const u32 = null();
+    let (mut before, mut after) = (
+        graphsched::sim::SimResult::default(),
+        graphsched::sim::SimResult::default(),
+    );
+    let fake = 0x5a5a_5a50usize;
+    spec! { s;
+        "zero threads": gs_partition_new(g, &gs_partition_options::default(), &mut p) => GS_ERR_INVALID_ARGUMENT, "threads";
+        "NULL options": gs_partition_new(g, null(), &mut p) => GS_ERR_NULL_ARGUMENT, "'options'";
+        "a policy that is none": gs_partition_new(g, &bad_policy, &mut p) => GS_ERR_INVALID_ARGUMENT, "GS_POLICY_";
+        "a graph not finalized": gs_partition_new(unfinalized, &two, &mut p) => GS_ERR_NOT_FINALIZED, "finalize";
+        "NULL out": gs_partition_new(g, &two, null_mut()) => GS_ERR_NULL_ARGUMENT, "'out'";
+        "two threads": gs_partition_new(g, &two, &mut p) => GS_OK, "";
+        "its clusters": gs_partition_cluster_count(p, &mut count) => GS_OK, "";
+        "a NULL count": gs_partition_cluster_count(p, null_mut()) => GS_ERR_NULL_ARGUMENT, "'count'";
+        "the first cluster": gs_partition_cluster(p, 0, &mut nodes, &mut len) => GS_OK, "";
+        "a cluster past the last": gs_partition_cluster(p, count, &mut nodes, &mut len) => GS_ERR_INVALID_ARGUMENT, "clusters";
+        "a NULL node list": gs_partition_cluster(p, 0, null_mut(), &mut len) => GS_ERR_NULL_ARGUMENT, "'nodes'";
+        "what it simulates to": gs_partition_simulated(p, &mut before, &mut after) => GS_OK, "";
+        "NULLs ask for nothing": gs_partition_simulated(p, null_mut(), null_mut()) => GS_OK, "";
+        "a partition that is not one": gs_partition_simulated(fake as *const gs_partition, &mut before, null_mut())
+            => GS_ERR_INVALID_HANDLE, "not a live gs_partition";
+        "a cluster count of a NULL partition": gs_partition_cluster_count(null(), &mut count) => GS_ERR_NULL_ARGUMENT, "'partition'";
+        "the partition is freed": gs_partition_free(p) => returns (), "";
+        "and is gone": gs_partition_cluster_count(p, &mut count) => GS_ERR_INVALID_HANDLE, "gs_partition";
+        "freeing a NULL partition does nothing": gs_partition_free(null_mut()) => returns (), "";
+        "the graphs are freed": { gs_graph_free(g); gs_graph_free(unfinalized) } => returns (), "";
+    }
+    assert!(count >= 1 && len >= 1, "{count} clusters, the first of {len} nodes");
+    assert!(after.makespan_ns <= before.makespan_ns);
+}

@@ -415,15 +415,8 @@ fn a_scheduled_plan_reaches_near_the_bound_where_parallel_safe_cannot() {
 #[test]
 fn partition_covers_every_node_once_and_never_simulates_slower() {
     let file = graph("yolov8n-320.json");
-    let v = json(&[
-        "partition",
-        &file,
-        "--call-cost-ns",
-        "20000",
-        "--threads",
-        "2",
-        "--json",
-    ]);
+    let args = ["partition", &file, "--call-cost-ns", "20000", "--threads", "2"];
+    let v = json(&[&args[..], &["--json"]].concat());
     let (before, after) = (&v["before"], &v["after"]);
     assert!(u(&after["makespan_ns"]) <= u(&before["makespan_ns"]), "{v}");
     let clusters = v["clusters"].as_array().unwrap();
@@ -441,14 +434,7 @@ fn partition_covers_every_node_once_and_never_simulates_slower() {
     assert_eq!(seen.len(), before_calls, "every operator node once");
     seen.dedup();
     assert_eq!(seen.len(), before_calls);
-    let table = stdout(&gsched(&[
-        "partition",
-        &file,
-        "--call-cost-ns",
-        "20000",
-        "--threads",
-        "2",
-    ]));
+    let table = stdout(&gsched(&args));
     assert!(
         table.contains("one call a cluster") && table.contains("clusters"),
         "{table}"
