@@ -175,7 +175,7 @@ int main(void) {
         gs_value in[NODES];
         for (uint32_t r = 0; r < clusters[c].num_reads; r++)
             in[r] = clusters[c].reads[r] == 0 ? cx : where[clusters[c].reads[r]];
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "cluster%zu", c);
         gs_node_desc d = {.name = name, .op_type = "Cluster", .kernel = cluster_kernel, .user_data = &clusters[c],
                           .inputs = in, .num_inputs = clusters[c].num_reads,
