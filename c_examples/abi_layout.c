@@ -56,6 +56,7 @@ GS_ABI_STRUCTS(STATIC_LAYOUT)
     X(gs_run_options, window, 32)                \
     X(gs_run_options, policy, 36)                \
     X(gs_run_options, flags, 40)                 \
+    X(gs_run_options, priority, 44)              \
     X(gs_run_options, plan, 48)                  \
     X(gs_run_options, cancel, 56)                \
     X(gs_run_options, timeout_ns, 64)            \

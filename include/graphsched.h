@@ -120,6 +120,12 @@
 #define GS_POLICY_CRITICAL_PATH 3
 
 // `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are. A graph
+// `gs_run_options.priority`: the default.
+#define GS_PRIORITY_NORMAL 0
+
+// `gs_run_options.priority`: ahead of every normal run's nodes on the executor's threads.
+#define GS_PRIORITY_HIGH 1
+
 // no run has measured then keeps the executor's threads (see `gs_run_options.executor`).
 #define GS_RUN_FREEZE_ESTIMATES 1
 
@@ -487,6 +493,10 @@ typedef struct gs_run_options {
   uint32_t policy;
   // `GS_RUN_*` bits.
   uint32_t flags;
+  // `GS_PRIORITY_NORMAL` (0) or `GS_PRIORITY_HIGH`: a high-priority run's nodes are taken
+  // before any normal run's on every thread of the executor (within a run, `policy` holds).
+  // Added in 0.4 where 0.3 had padding: zero-initialized options keep their meaning.
+  uint32_t priority;
   // Place statically sized values at this plan's offsets (`gs_plan_new`), in one arena taken
   // from the pool per run and kept by the result. NULL: every value from the pool. A
   // sequential plan runs only without an executor.
@@ -784,6 +794,35 @@ void gs_executor_free(struct gs_executor *executor);
 // # Safety
 // No other thread frees `executor` during this call.
 uint32_t gs_executor_threads(const struct gs_executor *executor);
+
+// Sets the memory budget the runs given this executor share, in bytes (0: none, the default).
+// Each run reserves its own bound when it enters (its `memory_limit_bytes` if it gives one, its
+// plan's arena if it has one, else the max-live bound of the order its memory admission keeps
+// safe) and keeps within it, so the live bytes of all runs together never exceed the budget,
+// and at any budget at or above the largest run's bound every run completes. Runs enter first
+// come, first served (a run waits for the runs queued before it; `gs_result_budget_wait_ns`
+// says how long); a run whose bound exceeds the whole budget fails at once with
+// `GS_ERR_MEMORY_LIMIT`, naming the graph and the bytes, and so does a run started inside a
+// kernel that does not fit at once (it cannot wait for memory its caller holds). Runs inside
+// keep their reservations when the budget changes.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// No other thread frees `executor` during this call.
+gs_status gs_executor_set_memory_budget(const struct gs_executor *executor, uint64_t bytes);
+
+// The executor's memory budget (`bytes`), what the runs inside reserve now (`reserved`) and the
+// most they reserved at once (`peak_reserved`); any pointer may be NULL.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// Every pointer is NULL or writable; no other thread frees `executor` during this call.
+gs_status gs_executor_memory_budget(const struct gs_executor *executor,
+                                    uint64_t *bytes,
+                                    uint64_t *reserved,
+                                    uint64_t *peak_reserved);
 
 // Makes an empty graph.
 //
@@ -1137,6 +1176,15 @@ gs_status gs_result_output(const struct gs_run_result *result,
 // # Safety
 // `out` is writable; no other thread frees `result` during this call.
 gs_status gs_result_stats(const struct gs_run_result *result, struct gs_run_stats *out);
+
+// How long the run waited to enter its executor's memory budget (`gs_executor_set_memory_budget`),
+// in nanoseconds: 0 without one.
+//
+// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+//
+// # Safety
+// `out` is writable; no other thread frees `result` during this call.
+gs_status gs_result_budget_wait_ns(const struct gs_run_result *result, uint64_t *out);
 
 // Writes a traced run (`GS_RUN_TRACE`) as Chrome trace-event JSON to `path`: one track per
 // thread, one slice per node, counters for live and reserved bytes. Opens in Perfetto

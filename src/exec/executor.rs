@@ -74,6 +74,12 @@ pub struct Executor {
 
 pub(super) struct Shared {
     threads: usize,
+    /// The memory budget the executor's runs share (`budget.rs`).
+    pub(super) budget: super::budget::Budget,
+    /// High-priority runs going on the threads now: while there is one, a normal run's task
+    /// keeps no successor for its own thread (it queues it, behind the urgent bands). Written
+    /// twice a high-priority run, read once per continuation of a normal run: on its own line.
+    pub(super) urgent_runs: CachePadded<AtomicUsize>,
     queues: Queues,
     sleep: Sleep,
     /// Set once when the executor drops (SeqCst store, then every sleeper is woken under the
@@ -118,6 +124,8 @@ impl Executor {
                 wake: Condvar::new(),
             },
             shutdown: AtomicBool::new(false),
+            budget: Default::default(),
+            urgent_runs: CachePadded(AtomicUsize::new(0)),
         });
         let mut workers = Vec::new();
         for (index, local) in locals.into_iter().enumerate() {
@@ -143,6 +151,20 @@ impl Executor {
     /// Threads in all, the caller's included.
     pub fn threads(&self) -> usize {
         self.shared.threads
+    }
+
+    /// Sets the memory budget the runs given this executor share, in bytes (0: none, the
+    /// default): the live bytes of all of them together stay within it (see
+    /// [`RunOptions::priority`](super::RunOptions::priority) for the order on the threads, and
+    /// the exec module's `budget.rs` for the rule: each run reserves its own bound on entry, first
+    /// come first served). Runs inside keep their reservations; later ones see the new budget.
+    pub fn set_memory_budget(&self, bytes: u64) {
+        self.shared.budget.set(bytes);
+    }
+
+    /// The budget, what the runs inside reserve now, and the most they reserved at once.
+    pub fn memory_budget(&self) -> super::BudgetStats {
+        self.shared.budget.stats()
     }
 
     pub(super) fn shared(&self) -> &Arc<Shared> {
@@ -173,6 +195,10 @@ impl Executor {
         let Some((&first, rest)) = roots.split_first() else {
             return;
         };
+        let urgent = state.urgent();
+        if urgent {
+            self.shared.urgent_runs.fetch_add(1, Ordering::SeqCst);
+        }
         let mut scratch = Scratch::for_caller();
         // A deque set of its own if one is free: the run's tasks then need no shared queue.
         let borrowed = self.shared.queues.borrow();
@@ -203,6 +229,9 @@ impl Executor {
             }
         }
         scratch.keep_for_caller();
+        if urgent {
+            self.shared.urgent_runs.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -231,6 +260,7 @@ impl Shared {
     }
 
     fn worker_main(&self, index: usize, deques: Vec<Worker<Task>>) {
+        super::budget::mark_worker();
         super::scratch::TRACK.with(|t| t.set(index as u32 + 1));
         let mut scratch = Scratch::default();
         let mut idle_since = None;

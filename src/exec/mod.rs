@@ -40,6 +40,7 @@
 //! ```
 mod auto_plan;
 mod bind;
+mod budget;
 mod cache;
 mod conclude;
 mod context;
@@ -69,6 +70,7 @@ mod window;
 
 pub use crate::kernel::KernelCtx;
 pub use crate::trace::NodeEvent;
+pub use budget::BudgetStats;
 pub(crate) use context::RunContext;
 pub use context::{NodeObservation, Observer};
 pub use executor::Executor;

@@ -38,6 +38,8 @@ pub(super) struct Outcome {
     pub traced: bool,
     /// The planned run's arena: graph outputs may live in it.
     pub arena: Buffer,
+    /// How long the run waited to enter its executor's memory budget.
+    pub budget_wait_ns: u64,
 }
 
 impl Default for Outcome {
@@ -46,6 +48,7 @@ impl Default for Outcome {
             stats: RunStats::default(),
             events: Vec::new(),
             traced: false,
+            budget_wait_ns: 0,
             arena: Buffer::NONE,
         }
     }

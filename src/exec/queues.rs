@@ -27,7 +27,11 @@ use super::overflow::Overflow;
 use super::padded::CachePadded;
 use crate::sched::BANDS;
 
-static_assertions::const_assert!(BANDS <= 32);
+/// Queue bands: the policy's [`BANDS`] for high-priority runs, then as many for normal ones
+/// (`RunState::band`), so that every urgent node is ahead of every normal one.
+pub(super) const QUEUE_BANDS: usize = 2 * BANDS;
+
+static_assertions::const_assert!(QUEUE_BANDS <= 32);
 
 /// Deque sets that calling threads may borrow for a run; more concurrent callers use the shared
 /// queues.
@@ -111,7 +115,7 @@ impl Drop for Borrowed<'_> {
 }
 
 fn band_deques() -> Vec<Worker<Task>> {
-    (0..BANDS).map(|_| Worker::new_fifo()).collect()
+    (0..QUEUE_BANDS).map(|_| Worker::new_fifo()).collect()
 }
 
 impl Queues {
@@ -128,7 +132,7 @@ impl Queues {
             })
             .collect();
         let queues = Queues {
-            overflow: (0..BANDS).map(|_| Overflow::new()).collect(),
+            overflow: (0..QUEUE_BANDS).map(|_| Overflow::new()).collect(),
             overflowing: CachePadded(AtomicU32::new(0)),
             sets,
             caller_sets: caller_sets.into_iter().map(Mutex::new).collect(),

@@ -18,7 +18,7 @@ use crate::graph::{Graph, ValueRef};
 use crate::kernel::Buffer;
 use crate::plan::{Mode, Plan};
 use crate::pool::Pool;
-use crate::sched::{Policy, Priorities};
+use crate::sched::{Policy, Priorities, RunPriority};
 use crate::tensor::{Tensor, MAX_DIMS};
 use crate::trace::NodeEvent;
 
@@ -134,6 +134,9 @@ pub struct RunOptions<'a> {
     pub data: Option<&'a (dyn std::any::Any + Send + Sync)>,
     /// Hears each node start and end ([`Observer`](super::Observer)); `None` costs nothing.
     pub observer: Option<&'a dyn super::Observer>,
+    /// How urgent the run is against the other runs on its executor: a high-priority run's
+    /// nodes are taken before any normal run's, on every thread ([`RunPriority`]).
+    pub priority: RunPriority,
 }
 
 /// Stops runs from another thread. One token may serve many runs; once cancelled it stays so
@@ -249,6 +252,12 @@ impl RunResult {
         &self.arrays.outcome.events
     }
 
+    /// How long the run waited to enter its executor's memory budget
+    /// ([`Executor::set_memory_budget`]); 0 without one.
+    pub fn budget_wait_ns(&self) -> u64 {
+        self.arrays.outcome.budget_wait_ns
+    }
+
     /// The run as Chrome trace-event JSON (see [`crate::trace::chrome_trace`]); `None` unless the
     /// run was traced.
     pub fn chrome_trace(&self) -> Option<String> {
@@ -300,6 +309,22 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         let sizes = super::bind::dynamic_sizes(graph, options.inputs)?;
         return run(&graph.specialize(&sizes)?, pool, options);
     }
+    // Under the executor's memory budget the run reserves its own bound, and keeps within it
+    // (`budget.rs`); the entry is released when the run returns, whichever way.
+    let entry = match options.executor {
+        Some(e) => e
+            .shared()
+            .budget
+            .enter(reservation(graph, options), || graph.describe())?,
+        None => None,
+    };
+    let mut options = *options;
+    if let Some(entry) = &entry {
+        if options.plan.is_none() {
+            options.memory_limit_bytes = entry.bytes();
+        }
+    }
+    let options = &options;
     let stopwatch = Stopwatch::start();
     // Traces and observers count times from the run's start; no other run reads the clock for it.
     let started = (options.trace || options.observer.is_some()).then(Instant::now);
@@ -373,6 +398,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
                 window: crate::sched::window_cap(options.window).map(|w| w.min(u32::MAX as usize) as u32),
                 learn: !options.freeze_estimates,
                 policy: options.policy,
+                priority: options.priority,
                 parallel: executor.is_some(),
                 trace: options.trace,
                 plan,
@@ -434,12 +460,24 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         events,
         traced: options.trace,
         arena,
+        budget_wait_ns: entry.as_ref().map_or(0, |e| e.waited_ns),
     };
     Ok(RunResult {
         graph: graph.clone(),
         pool: pool.clone(),
         arrays: ManuallyDrop::new(arrays),
     })
+}
+
+/// What a run reserves of its executor's memory budget: its plan's arena, or its own memory
+/// limit, or else the max-live bound of the order its admission keeps safe (at which it always
+/// completes).
+fn reservation(graph: &Graph, options: &RunOptions<'_>) -> u64 {
+    match (options.plan, options.memory_limit_bytes) {
+        (Some(plan), _) => plan.arena_bytes(),
+        (None, 0) => graph.lowest_live_order().peak,
+        (None, limit) => limit,
+    }
 }
 
 /// Whether a run of `graph` given `executor` goes on its threads, rather than on its caller

@@ -42,7 +42,7 @@ use crate::kernel::Buffer;
 pub(super) use crate::kernel::Slot;
 use crate::plan::Plan;
 use crate::pool::{Owner, Pool, NEVER};
-use crate::sched::{Admission, Policy, Priorities};
+use crate::sched::{Admission, Policy, Priorities, RunPriority, BANDS};
 use crate::tensor::Tensor;
 use crate::trace::NodeEvent;
 
@@ -59,6 +59,8 @@ pub(super) struct StateOptions<'r> {
     pub window: Option<u32>,
     pub learn: bool,
     pub policy: Policy,
+    /// How urgent the run is against other runs on its executor.
+    pub priority: RunPriority,
     /// Run on an executor (per-thread block caches apply).
     pub parallel: bool,
     /// Record every node's execution (times every kernel).
@@ -165,6 +167,9 @@ pub(super) struct RunState<'r> {
     pub(super) busy_ns: AtomicU64,
     /// Which order: FIFO has one band and no continuations.
     pub(super) policy: Policy,
+    /// Added to every band: 0 for a high-priority run, [`BANDS`] for a normal one, so that the
+    /// executor's queues hold every urgent node ahead of every normal one.
+    pub(super) band_offset: usize,
     /// A sequential run: one thread writes its counts (`add_live`), and the blocks in its cache
     /// are parked in the pool (not live there; the cache settles the count with the pool in
     /// batches, see `BlockCache::unparked`). A parallel run's caches count as live in the pool
@@ -196,6 +201,7 @@ impl<'r> RunState<'r> {
             window,
             learn,
             policy,
+            priority,
             parallel,
             trace,
             plan,
@@ -256,6 +262,10 @@ impl<'r> RunState<'r> {
             }),
             busy_ns: AtomicU64::new(0),
             policy,
+            band_offset: match priority {
+                RunPriority::High => 0,
+                RunPriority::Normal => BANDS,
+            },
             sequential: !parallel,
             context,
             observer,
@@ -325,12 +335,27 @@ impl<'r> RunState<'r> {
 
     /// The queue band of a node: its priority band under the policy, or 0 for FIFO.
     pub fn band(&self, node: u32) -> usize {
-        self.prio.band(self.policy, node)
+        self.prio.band(self.policy, node) + self.band_offset
+    }
+
+    /// Whether the run is high-priority (`RunPriority::High`).
+    pub fn urgent(&self) -> bool {
+        self.band_offset == 0
     }
 
     /// Which of the nodes `node` just made ready its thread runs next (see
     /// [`Priorities::continuation`]).
     pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
+        // While a high-priority run goes on the threads, a normal run's successors take their
+        // turn in the queues, behind its nodes.
+        if !self.urgent()
+            && self
+                .context
+                .executor
+                .is_some_and(|e| e.shared().urgent_runs.load(Ordering::Relaxed) > 0)
+        {
+            return None;
+        }
         self.prio.continuation(self.policy, node, ready)
     }
 

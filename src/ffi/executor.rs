@@ -79,3 +79,62 @@ pub unsafe extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u3
     });
     threads
 }
+
+/// Sets the memory budget the runs given this executor share, in bytes (0: none, the default).
+/// Each run reserves its own bound when it enters (its `memory_limit_bytes` if it gives one, its
+/// plan's arena if it has one, else the max-live bound of the order its memory admission keeps
+/// safe) and keeps within it, so the live bytes of all runs together never exceed the budget,
+/// and at any budget at or above the largest run's bound every run completes. Runs enter first
+/// come, first served (a run waits for the runs queued before it; `gs_result_budget_wait_ns`
+/// says how long); a run whose bound exceeds the whole budget fails at once with
+/// `GS_ERR_MEMORY_LIMIT`, naming the graph and the bytes, and so does a run started inside a
+/// kernel that does not fit at once (it cannot wait for memory its caller holds). Runs inside
+/// keep their reservations when the budget changes.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `executor` during this call.
+#[no_mangle]
+pub unsafe extern "C" fn gs_executor_set_memory_budget(executor: *const gs_executor, bytes: u64) -> gs_status {
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        unsafe { handle_ref(executor, "executor") }?
+            .executor
+            .set_memory_budget(bytes);
+        Ok(())
+    })
+}
+
+/// The executor's memory budget (`bytes`), what the runs inside reserve now (`reserved`) and the
+/// most they reserved at once (`peak_reserved`); any pointer may be NULL.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// Every pointer is NULL or writable; no other thread frees `executor` during this call.
+#[no_mangle]
+pub unsafe extern "C" fn gs_executor_memory_budget(
+    executor: *const gs_executor,
+    bytes: *mut u64,
+    reserved: *mut u64,
+    peak_reserved: *mut u64,
+) -> gs_status {
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        let b = unsafe { handle_ref(executor, "executor") }?.executor.memory_budget();
+        // SAFETY: each NULL or writable by contract.
+        unsafe {
+            if let Some(x) = bytes.as_mut() {
+                *x = b.bytes;
+            }
+            if let Some(x) = reserved.as_mut() {
+                *x = b.reserved;
+            }
+            if let Some(x) = peak_reserved.as_mut() {
+                *x = b.peak_reserved;
+            }
+        }
+        Ok(())
+    })
+}

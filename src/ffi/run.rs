@@ -16,7 +16,7 @@ use super::pool::gs_pool;
 use super::status::{guard, FfiError};
 use super::{gs_status, RunStats, Tensor, ValueRef};
 use crate::exec::{self, InputBinding, RunOptions, RunResult};
-use crate::sched::Policy;
+use crate::sched::{Policy, RunPriority};
 
 /// `gs_run_options.policy` (and `gs_sim_options.policy`): the recommended order, what zeroed
 /// options get: highest bottom level first, which beat critical path first on a corpus
@@ -30,6 +30,11 @@ pub const GS_POLICY_BOTTOM_LEVEL: u32 = 2;
 /// `gs_run_options.policy`: critical path first (least slack), then shortest estimate.
 pub const GS_POLICY_CRITICAL_PATH: u32 = 3;
 /// `gs_run_options.flags`: do not time kernels; keep the learned estimates as they are. A graph
+/// `gs_run_options.priority`: the default.
+pub const GS_PRIORITY_NORMAL: u32 = 0;
+/// `gs_run_options.priority`: ahead of every normal run's nodes on the executor's threads.
+pub const GS_PRIORITY_HIGH: u32 = 1;
+
 /// no run has measured then keeps the executor's threads (see `gs_run_options.executor`).
 pub const GS_RUN_FREEZE_ESTIMATES: u32 = 1;
 /// `gs_run_options.flags`: record when and where every node runs (`gs_result_write_trace`) and
@@ -106,6 +111,10 @@ pub struct gs_run_options {
     pub policy: u32,
     /// `GS_RUN_*` bits.
     pub flags: u32,
+    /// `GS_PRIORITY_NORMAL` (0) or `GS_PRIORITY_HIGH`: a high-priority run's nodes are taken
+    /// before any normal run's on every thread of the executor (within a run, `policy` holds).
+    /// Added in 0.4 where 0.3 had padding: zero-initialized options keep their meaning.
+    pub priority: u32,
     /// Place statically sized values at this plan's offsets (`gs_plan_new`), in one arena taken
     /// from the pool per run and kept by the result. NULL: every value from the pool. A
     /// sequential plan runs only without an executor.
@@ -135,6 +144,7 @@ impl Default for gs_run_options {
             window: 0,
             policy: GS_POLICY_DEFAULT,
             flags: 0,
+            priority: GS_PRIORITY_NORMAL,
             plan: std::ptr::null(),
             cancel: std::ptr::null(),
             timeout_ns: 0,
@@ -229,6 +239,16 @@ pub unsafe extern "C" fn gs_run(
                 // SAFETY: the handle is not freed concurrently (C contract).
                 run_options.plan = Some(&unsafe { handle_ref(o.plan, "options.plan") }?.plan);
             }
+            run_options.priority = match o.priority {
+                GS_PRIORITY_NORMAL => RunPriority::Normal,
+                GS_PRIORITY_HIGH => RunPriority::High,
+                other => {
+                    return Err(FfiError::new(
+                        GS_ERR_INVALID_ARGUMENT,
+                        format!("options.priority is {other}, not GS_PRIORITY_NORMAL (0) or GS_PRIORITY_HIGH (1)"),
+                    ))
+                }
+            };
             run_options.window = o.window as usize;
             run_options.memory_limit_bytes = o.memory_limit_bytes;
             data.user_data = o.user_data;
@@ -285,6 +305,24 @@ pub unsafe extern "C" fn gs_result_stats(result: *const gs_run_result, out: *mut
         let r = unsafe { handle_ref(result, "result") }?;
         // SAFETY: writable by contract.
         *unsafe { out_arg(out, "out") }? = r.result.stats();
+        Ok(())
+    })
+}
+
+/// How long the run waited to enter its executor's memory budget (`gs_executor_set_memory_budget`),
+/// in nanoseconds: 0 without one.
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// `out` is writable; no other thread frees `result` during this call.
+#[no_mangle]
+pub unsafe extern "C" fn gs_result_budget_wait_ns(result: *const gs_run_result, out: *mut u64) -> gs_status {
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        let r = unsafe { handle_ref(result, "result") }?;
+        // SAFETY: writable by contract.
+        *unsafe { out_arg(out, "out") }? = r.result.budget_wait_ns();
         Ok(())
     })
 }

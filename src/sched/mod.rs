@@ -52,6 +52,19 @@ pub use spread::NODE_COST_NS;
 /// Number of priority bands the executor queues by.
 pub const BANDS: usize = 16;
 
+/// How urgent a run is against the other runs on its executor: every node of a high-priority run
+/// is taken before any node of a normal one, on every thread (within a run, the policy's order
+/// holds). Entry into a shared memory budget stays first come, first served, so normal runs are
+/// never starved of memory; on the threads they get what the urgent runs leave.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RunPriority {
+    /// The default.
+    #[default]
+    Normal,
+    /// Ahead of every normal run's nodes.
+    High,
+}
+
 /// How ready nodes are ordered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Policy {

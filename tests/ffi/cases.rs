@@ -362,6 +362,30 @@ pub(super) fn executors(s: &mut Spec) {
         executor: ex,
         ..Default::default()
     };
+    let urgent = gs_run_options {
+        priority: GS_PRIORITY_HIGH,
+        ..shared
+    };
+    let unknown_priority = gs_run_options { priority: 7, ..shared };
+    let (mut bytes, mut reserved, mut peak, mut waited) = (0u64, 0u64, 0u64, 1u64);
+    spec! { s;
+        "a priority that is none": gs_run(g, pool, &unknown_priority, &mut r) => GS_ERR_INVALID_ARGUMENT, "options.priority";
+        "a budget too small for the graph's bound": gs_executor_set_memory_budget(ex, 4) => GS_OK, "";
+        "refuses its runs at once": gs_run(g, pool, &shared, &mut r) => GS_ERR_MEMORY_LIMIT, "memory budget of 4 bytes";
+        "a budget on a NULL executor": gs_executor_set_memory_budget(null(), 4) => GS_ERR_NULL_ARGUMENT, "'executor'";
+        "a budget of 1 MiB": gs_executor_set_memory_budget(ex, 1 << 20) => GS_OK, "";
+        "a high-priority run under it": gs_run(g, pool, &urgent, &mut r) => GS_OK, "";
+        "waited nothing to enter": gs_result_budget_wait_ns(r, &mut waited) => GS_OK, "";
+        "a wait read into NULL": gs_result_budget_wait_ns(r, null_mut()) => GS_ERR_NULL_ARGUMENT, "'out'";
+        "the budget's books": gs_executor_memory_budget(ex, &mut bytes, &mut reserved, &mut peak) => GS_OK, "";
+        "NULLs ask for nothing of the books": gs_executor_memory_budget(ex, null_mut(), null_mut(), null_mut()) => GS_OK, "";
+        "the books of a NULL executor": gs_executor_memory_budget(null(), &mut bytes, null_mut(), null_mut())
+            => GS_ERR_NULL_ARGUMENT, "'executor'";
+        "that result is freed": gs_result_free(r) => returns (), "";
+        "no budget again": gs_executor_set_memory_budget(ex, 0) => GS_OK, "";
+    }
+    assert_eq!((bytes, reserved, waited), (1 << 20, 0, 0));
+    assert!(peak > 0 && peak <= 1 << 20, "{peak}");
     spec! { s;
         "a run on the executor": gs_run(g, pool, &shared, &mut r) => GS_OK, "";
         "its output": gs_result_output(r, ValueRef::new(0, 0), &mut t) => GS_OK, "";

@@ -1,0 +1,255 @@
+//! A memory budget shared by the runs of one executor, and priorities across runs: the budget is
+//! never exceeded, everything completes at the smallest feasible budget, a run that can never fit
+//! is refused at once, and a high-priority run's nodes go ahead of a normal run's.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use graphsched::sched::RunPriority;
+use graphsched::{ErrorKind, Executor, Graph, GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
+
+/// A layered graph: `layers` of `width` nodes, each reading two nodes of the layer before, each
+/// writing `bytes` and spinning a little. Deferred nodes (every `defer_every`th) complete from a
+/// thread of their own; one node allocates a dynamic output of `bytes`.
+fn layered(name: &str, layers: usize, width: usize, bytes: usize, defer_every: usize) -> Arc<Graph> {
+    let mut b = GraphBuilder::new();
+    let mut prev: Vec<ValueRef> = Vec::new();
+    let mut k = 0;
+    for l in 0..layers {
+        let mut layer = Vec::new();
+        for w in 0..width {
+            k += 1;
+            let defer = defer_every > 0 && k % defer_every == 0;
+            let kernel: graphsched::Kernel = Box::new(move |ctx| {
+                ctx.output_bytes(0).unwrap().fill(w as u8);
+                std::hint::black_box((0..2000).sum::<u64>());
+                if defer {
+                    let c = ctx.defer().map_err(|e| e.to_string())?;
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_micros(50));
+                        c.complete(Ok(()));
+                    });
+                }
+                Ok(())
+            });
+            let mut d = NodeDesc::new(format!("{name}_{l}_{w}"), format!("{name}Op"), kernel).output(bytes);
+            if !prev.is_empty() {
+                d = d.input(prev[w % prev.len()]).input(prev[(w + 1) % prev.len()]);
+            }
+            layer.push(ValueRef::new(b.add_node(d).unwrap(), 0));
+        }
+        prev = layer;
+    }
+    let sink = b
+        .add_node(
+            NodeDesc::new(
+                format!("{name}_sink"),
+                "Sink",
+                Box::new(move |ctx| {
+                    ctx.alloc_output(0, bytes).map_err(|e| e.to_string())?;
+                    Ok(())
+                }),
+            )
+            .input(prev[0])
+            .dynamic_output(),
+        )
+        .unwrap();
+    b.mark_output(ValueRef::new(sink, 0)).unwrap();
+    Arc::new(b.finalize().unwrap())
+}
+
+#[test]
+fn many_runs_of_several_graphs_stay_within_one_budget_and_all_complete_at_the_smallest() {
+    let graphs = [
+        layered("a", 6, 4, 4096, 0),
+        layered("b", 4, 8, 2048, 5),
+        layered("c", 8, 2, 16384, 7),
+    ];
+    // Each run reserves its bound plus room for the sink's dynamic output (its own limit).
+    let need = |g: &Graph| g.lowest_live_order().peak + 16384;
+    let budget = graphs.iter().map(|g| need(g)).max().unwrap();
+    let executor = Arc::new(Executor::new(3).unwrap());
+    executor.set_memory_budget(budget);
+    let pool = Arc::new(Pool::default());
+    let waited = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let (graphs, executor, pool, waited) = (&graphs, &executor, &pool, &waited);
+            s.spawn(move || {
+                for i in 0..8 {
+                    let g = &graphs[(t + i) % graphs.len()];
+                    let options = RunOptions {
+                        executor: Some(executor),
+                        memory_limit_bytes: need(g),
+                        ..Default::default()
+                    };
+                    let r = graphsched::run(g, pool, &options).unwrap();
+                    assert!(
+                        r.stats().peak_live_bytes <= need(g),
+                        "a run keeps within its reservation"
+                    );
+                    if r.budget_wait_ns() > 0 {
+                        waited.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let stats = executor.memory_budget();
+    assert_eq!(
+        (stats.bytes, stats.reserved),
+        (budget, 0),
+        "every reservation went back"
+    );
+    assert!(stats.peak_reserved <= budget && stats.peak_reserved > 0, "{stats:?}");
+    assert!(
+        waited.load(Ordering::Relaxed) > 0,
+        "48 runs on 6 threads under one run's budget waited"
+    );
+}
+
+#[test]
+fn without_a_limit_a_run_reserves_its_bound_and_completes() {
+    let g = layered("s", 5, 6, 1024, 3);
+    let mut b = GraphBuilder::new();
+    let only = b
+        .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(512))
+        .unwrap();
+    b.mark_output(ValueRef::new(only, 0)).unwrap();
+    let executor = Executor::new(2).unwrap();
+    let pool = Arc::new(Pool::default());
+    // Room for the static values only: the dynamic sink output is refused at its limit.
+    executor.set_memory_budget(g.lowest_live_order().peak);
+    let options = RunOptions {
+        executor: Some(&executor),
+        ..Default::default()
+    };
+    let e = graphsched::run(&g, &pool, &options)
+        .err()
+        .expect("no room for the dynamic output");
+    assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{e}");
+    let single = Arc::new(b.finalize().unwrap());
+    let r = graphsched::run(&single, &pool, &options).unwrap();
+    assert_eq!(r.stats().peak_live_bytes, 512);
+    assert_eq!(executor.memory_budget().reserved, 0);
+}
+
+#[test]
+fn a_run_larger_than_the_whole_budget_is_refused_at_once() {
+    let g = layered("big", 3, 3, 8192, 0);
+    let executor = Executor::new(2).unwrap();
+    executor.set_memory_budget(1000);
+    let pool = Arc::new(Pool::default());
+    let started = std::time::Instant::now();
+    let e = graphsched::run(
+        &g,
+        &pool,
+        &RunOptions {
+            executor: Some(&executor),
+            ..Default::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    assert!(started.elapsed() < Duration::from_secs(2), "at once, not after a wait");
+    assert_eq!(e.kind(), ErrorKind::MemoryLimit);
+    let bound = g.lowest_live_order().peak;
+    assert!(
+        e.message().contains(&g.describe()) && e.message().contains(&bound.to_string()) && e.message().contains("1000"),
+        "{e}"
+    );
+}
+
+/// Nodes that, once `go` is set, note the order they start in.
+fn fan(
+    name: &str,
+    width: usize,
+    go: &Arc<AtomicBool>,
+    order: &Arc<Mutex<Vec<String>>>,
+    started: &Arc<AtomicUsize>,
+) -> Arc<Graph> {
+    let mut b = GraphBuilder::new();
+    for i in 0..width {
+        let (go, order, started) = (go.clone(), order.clone(), started.clone());
+        let who = format!("{name}{i}");
+        let kernel: graphsched::Kernel = Box::new(move |_| {
+            order.lock().unwrap().push(who.clone());
+            started.fetch_add(1, Ordering::SeqCst);
+            while !go.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_micros(200));
+            Ok(())
+        });
+        let id = b
+            .add_node(
+                NodeDesc::new(format!("{name}{i}"), "Wait", kernel)
+                    .output(8)
+                    .estimate_ns(200_000),
+            )
+            .unwrap();
+        b.mark_output(ValueRef::new(id, 0)).unwrap();
+    }
+    Arc::new(b.finalize().unwrap())
+}
+
+/// A normal run of 40 nodes holds both threads; a run of 10 comes in; then everything goes. How
+/// many of the normal run's nodes start before the last node of the newcomer.
+fn normal_nodes_ahead_of_the_last(priority: RunPriority) -> usize {
+    let go = Arc::new(AtomicBool::new(false));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let started = Arc::new(AtomicUsize::new(0));
+    let low = fan("low", 40, &go, &order, &started);
+    let high = fan("high", 10, &go, &order, &started);
+    let executor = Executor::new(2).unwrap();
+    let pool = Arc::new(Pool::default());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let options = RunOptions {
+                executor: Some(&executor),
+                force_executor: true,
+                ..Default::default()
+            };
+            graphsched::run(&low, &pool, &options).unwrap();
+        });
+        // Both threads inside a normal node: the rest of it is queued.
+        while started.load(Ordering::SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        s.spawn(|| {
+            let options = RunOptions {
+                executor: Some(&executor),
+                force_executor: true,
+                priority,
+                ..Default::default()
+            };
+            graphsched::run(&high, &pool, &options).unwrap();
+        });
+        // The newcomer's caller is inside its first node, the other nine queued.
+        while started.load(Ordering::SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        go.store(true, Ordering::Release);
+    });
+    let order = order.lock().unwrap();
+    let last_high = order.iter().rposition(|n| n.starts_with("high")).unwrap();
+    order[..last_high].iter().filter(|n| n.starts_with("low")).count()
+}
+
+#[test]
+fn a_high_priority_run_is_taken_before_a_normal_one_on_every_thread() {
+    let urgent = normal_nodes_ahead_of_the_last(RunPriority::High);
+    // The two normal nodes already running, and at most one a thread took as it freed itself
+    // before seeing the urgent queue.
+    assert!(
+        urgent <= 4,
+        "{urgent} normal nodes started before the urgent run's last"
+    );
+    let equal = normal_nodes_ahead_of_the_last(RunPriority::Normal);
+    assert!(
+        equal > urgent + 4,
+        "without priority the normal run's queued nodes go first: {equal} vs {urgent}"
+    );
+}
