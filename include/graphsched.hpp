@@ -251,7 +251,8 @@ public:
             std::mutex lock;
             std::exception_ptr error;
 #endif
-        } call{&body};
+        } call{};  // value-initialized: a partial brace list warns (-Wmissing-field-initializers)
+        call.body = &body;
         // noexcept: nothing may unwind into the library (an escaping exception terminates).
         gs_range_fn chunk = [](size_t b, size_t e, void *user) noexcept {
             Call *c = static_cast<Call *>(user);
