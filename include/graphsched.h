@@ -285,7 +285,10 @@ typedef int32_t (*gs_kernel_fn)(struct gs_kernel_ctx *ctx, void *user_data);
 // kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
 // not seen before, in topological order, on the thread that called `gs_run` (so possibly on
 // several threads at once, for runs started at once); return 0, or non-zero to fail the run
-// (`GS_ERR_KERNEL_FAILED`, naming the node). A C++ exception must not leave it.
+// (`GS_ERR_KERNEL_FAILED`, naming the node). An output size of 0 fails the run with
+// `GS_ERR_KERNEL_FAILED`, and one larger than a buffer can be (`PTRDIFF_MAX - 4096` bytes, or
+// outputs adding up to more) with `GS_ERR_SIZE_OVERFLOW`, both naming the node and the output.
+// A C++ exception must not leave it.
 typedef int32_t (*gs_size_fn)(const size_t *input_sizes,
                               uint32_t num_inputs,
                               size_t *output_sizes,
@@ -437,7 +440,9 @@ typedef struct gs_run_options {
   // kernels still reach the executor (`gs_ctx_executor`).
   struct gs_executor *executor;
   // Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
-  // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
+  // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`. With
+  // a scheduled plan (`gs_plan_new_scheduled`, `GS_PLAN_SCHEDULED`), whose arena fixes what
+  // the run holds, a limit is refused: `GS_ERR_INVALID_ARGUMENT`.
   uint64_t memory_limit_bytes;
   // Most nodes of the run in flight at once: executing, or pending (deferred by their kernels,
   // `gs_ctx_defer`, and not completed yet); 0: no cap but the executor's threads, and none on
@@ -582,7 +587,9 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 // waits for their completions before it returns its buffers and its status: every
 // `gs_completion` must be completed. Everything else is settled when the kernel returns:
 // dynamic outputs allocated, descriptors set. A kernel that returns an error after deferring
-// fails the run, which still waits for the completion. At most once per kernel call.
+// fails the run, which still waits for the completion. At most once per kernel call: a second
+// call returns `GS_ERR_INVALID_ARGUMENT` ("... deferred its end already"), writes nothing to
+// `out`, and leaves the first deferral in force (its completion must still be completed).
 //
 // Only inside the kernel call that received `ctx`, on its thread.
 //
@@ -592,8 +599,11 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 gs_status gs_ctx_defer(struct gs_kernel_ctx *c, struct gs_completion **out);
 
 // Ends a node whose kernel deferred its end, and frees `completion`. `status` is `GS_OK` if
-// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, naming the
-// node, `status` and `message` (which may be NULL). The node's outputs must hold their final
+// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, its message
+// naming the node, `status` as a number and as a name (`gs_status_name`; `GS_UNKNOWN_STATUS`
+// for an engine's own code) and `message` (which may be NULL), as in "node 'conv' (op Conv)
+// failed after deferring: completed with status 12 (GS_ERR_OUT_OF_MEMORY): device lost". The
+// node's outputs must hold their final
 // contents before this is called. The call only queues the node's end: it runs no kernel.
 //
 // Thread-safe: any thread; each completion once (a second call is `GS_ERR_INVALID_HANDLE`).
@@ -727,6 +737,11 @@ struct gs_executor *gs_ctx_executor(const struct gs_kernel_ctx *c);
 // an executor, on this thread in order. Returns once every chunk has run. No thread is created;
 // it cannot deadlock, even when every thread is inside such a call (each caller runs every
 // chunk nobody else has claimed, then waits only for chunks being run).
+//
+// `begin == end` runs nothing and returns `GS_OK`; `begin > end` runs nothing and returns
+// `GS_ERR_INVALID_ARGUMENT`; a NULL `fn` is `GS_ERR_NULL_ARGUMENT`. The loop does not watch
+// the run's cancel token or deadline: called in a cancelled run (or one past its deadline), it
+// still runs every chunk and returns `GS_OK`; the run starts no new node after it.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
 //
@@ -903,7 +918,8 @@ gs_status gs_plan_new(const struct gs_graph *graph, uint32_t mode, struct gs_pla
 // values share bytes when their lifetimes in that schedule do not overlap, and the plan adds
 // the ordering constraints that make the sharing safe for any executor and any durations.
 // Runs on the plan follow them (a node also waits for the nodes it was ordered after), with or
-// without an executor, and refuse a memory limit (the arena fixes what they hold). The plan is
+// without an executor, and refuse a memory limit (`GS_ERR_INVALID_ARGUMENT`: the arena fixes
+// what they hold). The plan is
 // checked before it is returned; `gs_plan_schedule` tells what the constraints cost. As
 // `gs_plan_new`, `GS_ERR_INVALID_ARGUMENT` for a graph with an input of dynamic size.
 //

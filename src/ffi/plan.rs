@@ -69,7 +69,8 @@ pub unsafe extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mu
 /// values share bytes when their lifetimes in that schedule do not overlap, and the plan adds
 /// the ordering constraints that make the sharing safe for any executor and any durations.
 /// Runs on the plan follow them (a node also waits for the nodes it was ordered after), with or
-/// without an executor, and refuse a memory limit (the arena fixes what they hold). The plan is
+/// without an executor, and refuse a memory limit (`GS_ERR_INVALID_ARGUMENT`: the arena fixes
+/// what they hold). The plan is
 /// checked before it is returned; `gs_plan_schedule` tells what the constraints cost. As
 /// `gs_plan_new`, `GS_ERR_INVALID_ARGUMENT` for a graph with an input of dynamic size.
 ///
