@@ -15,6 +15,11 @@ static float kernel(gs::Context &c) {
     c.parallel_for(0, in.size(), 16, [&](size_t b, size_t e) {
         for (size_t i = b; i < e; i++) out[i] = 2 * in[i];
     });
+    c.parallel_for_nested(0, in.size(), 16, [&](const gs::Parallel &p, size_t b, size_t e) {
+        p.parallel_for(b, e, 4, [&](const gs::Parallel &, size_t i0, size_t i1) {
+            for (size_t i = i0; i < i1; i++) out[i] += in[i];
+        });
+    });
     return s.ok() && data ? more[0] : 0.0f;
 }
 

@@ -221,6 +221,11 @@ typedef struct gs_graph gs_graph;
 // The context of one running kernel; valid only during that kernel call.
 typedef struct gs_kernel_ctx gs_kernel_ctx;
 
+// What the chunks of a loop started with `gs_ctx_parallel_for_nested` receive: pass it to
+// `gs_parallel_for` to start a loop inside the chunk, from any thread. Valid only until the
+// chunk function that received it returns.
+typedef struct gs_parallel gs_parallel;
+
 // A static memory plan of one finalized graph: an offset in one arena for every statically
 // sized value. Pass it in `gs_run_options.plan`.
 typedef struct gs_plan gs_plan;
@@ -353,6 +358,11 @@ typedef struct gs_graph_info {
   // Largest inputs + outputs of one node, in bytes: no order or placement can need less memory.
   uint64_t node_lower_bound_bytes;
 } gs_graph_info;
+
+// The body of a loop whose chunks may start loops of their own: runs items `begin..end` (end
+// excluded) with the `user` pointer given to the loop, and may pass `p` to `gs_parallel_for`
+// while it runs. Called from several threads at once; must not throw.
+typedef void (*gs_parallel_fn)(const struct gs_parallel *p, size_t begin, size_t end, void *user);
 
 // Pool settings; zero fields take their defaults (C: `gs_pool_config`).
 typedef struct gs_pool_config {
@@ -741,7 +751,8 @@ struct gs_executor *gs_ctx_executor(const struct gs_kernel_ctx *c);
 // `begin == end` runs nothing and returns `GS_OK`; `begin > end` runs nothing and returns
 // `GS_ERR_INVALID_ARGUMENT`; a NULL `fn` is `GS_ERR_NULL_ARGUMENT`. The loop does not watch
 // the run's cancel token or deadline: called in a cancelled run (or one past its deadline), it
-// still runs every chunk and returns `GS_OK`; the run starts no new node after it.
+// still runs every chunk and returns `GS_OK`; the run starts no new node after it. For loops
+// inside chunks, use `gs_ctx_parallel_for_nested`.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
 //
@@ -901,6 +912,42 @@ gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uin
 // # Safety
 // No other thread frees `graph` during this call.
 const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
+
+// As `gs_ctx_parallel_for`, with a body that receives a handle `p` for loops of its own:
+// inside a chunk, on whichever thread runs it, `gs_parallel_for(p, ...)` runs a nested loop on
+// the same threads (it cannot deadlock either: each caller runs the chunks nobody claimed).
+// The same statuses as `gs_ctx_parallel_for`.
+//
+// Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns; `f` may be called with `user` from several threads at once until this returns.
+gs_status gs_ctx_parallel_for_nested(struct gs_kernel_ctx *c,
+                                     size_t begin,
+                                     size_t end,
+                                     size_t grain,
+                                     gs_parallel_fn f,
+                                     void *user);
+
+// Runs `f` over `begin..end` in chunks of `grain` items (0 counts as 1) from inside a chunk
+// of a loop started with `gs_ctx_parallel_for_nested`, which passed `p` to the chunk: on this
+// thread and the run's other threads as they come free; returns once every chunk has run. The
+// chunks get `p` too, so loops nest to any depth. Statuses: `GS_ERR_NULL_ARGUMENT` for a NULL
+// `p` or `f`, `GS_ERR_INVALID_HANDLE` for a `p` that is not a live loop's, and as
+// `gs_ctx_parallel_for` otherwise (`GS_ERR_INVALID_ARGUMENT` when `begin > end`).
+//
+// Thread-safe: any thread, while the chunk that received `p` runs.
+//
+// # Safety
+// `p` is NULL or the handle a running chunk received, used before that chunk returns; `f` may
+// be called with `user` from several threads at once until this returns.
+gs_status gs_parallel_for(const struct gs_parallel *p,
+                          size_t begin,
+                          size_t end,
+                          size_t grain,
+                          gs_parallel_fn f,
+                          void *user);
 
 // Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
 // `GS_ERR_INVALID_ARGUMENT` for a graph with an input of size `GS_SIZE_DYNAMIC`: a plan fixes

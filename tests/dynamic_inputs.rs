@@ -301,8 +301,12 @@ fn a_plan_of_a_graph_with_dynamic_inputs_is_refused_when_made() {
         Mode::ParallelSafe,
         Mode::Scheduled { threads: 2 },
     ] {
-        let e = Plan::new(&g, mode).err().expect("no plan of a graph of dynamic sizes");
-        assert_eq!((e.kind(), e.message()), (ErrorKind::InvalidArgument, want.as_str()), "{mode:?}");
+        let e = Plan::new(&g, mode).expect_err("no plan of a graph of dynamic sizes");
+        assert_eq!(
+            (e.kind(), e.message()),
+            (ErrorKind::InvalidArgument, want.as_str()),
+            "{mode:?}"
+        );
     }
     // Automatic plans, made per set of sizes, still serve its runs.
     let pool = Arc::new(Pool::default());

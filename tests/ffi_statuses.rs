@@ -28,26 +28,31 @@ struct Seen {
 
 impl Seen {
     fn note(&self, status: gs_status) {
-        let message = if status == gs_status::GS_OK { String::new() } else { last_error() };
+        let message = if status == gs_status::GS_OK {
+            String::new()
+        } else {
+            last_error()
+        };
         self.calls.lock().unwrap().push((status, message));
     }
 }
 
 unsafe extern "C" fn count(begin: usize, end: usize, user: *mut c_void) {
     // SAFETY: `user` is the `Seen` the kernel passed, alive until the loop returns.
-    unsafe { &*(user as *const Seen) }.items.fetch_add(end - begin, Ordering::Relaxed);
+    unsafe { &*(user as *const Seen) }
+        .items
+        .fetch_add(end - begin, Ordering::Relaxed);
 }
 
 /// A loop that ends before it begins, then its run's token cancelled, then a loop of 1000 items.
 unsafe extern "C" fn looper(ctx: *mut gs_kernel_ctx, user: *mut c_void) -> i32 {
     // SAFETY: `user` is the test's `Seen`, alive for the run.
     let seen = unsafe { &*(user as *const Seen) };
-    let user = user as *mut c_void;
     // SAFETY: `ctx` is this kernel's; `count` takes the `Seen`.
     seen.note(unsafe { gs_ctx_parallel_for(ctx, 10, 5, 1, Some(count), user) });
     // SAFETY: the token outlives the run. (No assert here: a panic must not leave a C kernel.)
     unsafe { gs_cancel_token_cancel(seen.token as *const gs_cancel_token) };
-    // SAFETY: as above.
+    // SAFETY: as for the first loop.
     seen.note(unsafe { gs_ctx_parallel_for(ctx, 0, 1000, 10, Some(count), user) });
     0
 }
@@ -91,7 +96,10 @@ fn one_node(d: &gs_node_desc, input: Option<&mut ValueRef>) -> *mut gs_graph {
     unsafe {
         assert_eq!(gs_graph_new(&mut g), gs_status::GS_OK);
         if let Some(x) = input {
-            assert_eq!(gs_graph_add_input(g, c"x".as_ptr(), GS_SIZE_DYNAMIC, x), gs_status::GS_OK);
+            assert_eq!(
+                gs_graph_add_input(g, c"x".as_ptr(), GS_SIZE_DYNAMIC, x),
+                gs_status::GS_OK
+            );
             let mut d = *d;
             d.inputs = x;
             d.num_inputs = 1;
@@ -167,7 +175,10 @@ fn a_reversed_loop_is_refused_and_a_loop_in_a_cancelled_run_runs_every_item() {
         );
         let calls = std::mem::take(&mut *seen.calls.lock().unwrap());
         assert_eq!(calls[0].0, gs_status::GS_ERR_INVALID_ARGUMENT, "{calls:?}");
-        assert!(calls[0].1.contains("from 10 to 5, which ends before it begins"), "{calls:?}");
+        assert!(
+            calls[0].1.contains("from 10 to 5, which ends before it begins"),
+            "{calls:?}"
+        );
         // The loop does not look at the token: every chunk runs, and the run says the rest.
         assert_eq!(calls[1], (gs_status::GS_OK, String::new()));
         assert_eq!(seen.items.swap(0, Ordering::Relaxed), 1000);
@@ -188,7 +199,13 @@ fn a_reversed_loop_is_refused_and_a_loop_in_a_cancelled_run_runs_every_item() {
 fn a_second_defer_is_refused_and_a_failed_completion_names_its_status() {
     let (pool, executor) = new_pool_and_executor();
     let seen = Seen::default();
-    let d = node(c"device", Some(defer_twice), &seen as *const Seen as *mut c_void, &[], &[8]);
+    let d = node(
+        c"device",
+        Some(defer_twice),
+        &seen as *const Seen as *mut c_void,
+        &[],
+        &[8],
+    );
     let g = one_node(&d, None);
     for on in [null_mut(), executor] {
         let (status, message) = run(
@@ -203,11 +220,15 @@ fn a_second_defer_is_refused_and_a_failed_completion_names_its_status() {
         let calls = std::mem::take(&mut *seen.calls.lock().unwrap());
         assert_eq!(calls[0].0, gs_status::GS_OK, "{calls:?}");
         assert_eq!(calls[1].0, gs_status::GS_ERR_INVALID_ARGUMENT, "{calls:?}");
-        assert!(calls[1].1.contains("node 'device' deferred its end already"), "{calls:?}");
+        assert!(
+            calls[1].1.contains("node 'device' deferred its end already"),
+            "{calls:?}"
+        );
         assert_eq!(calls[2].0, gs_status::GS_OK, "{calls:?}");
         assert_eq!(status, gs_status::GS_ERR_KERNEL_FAILED, "{message}");
         assert!(
-            message.contains("node 'device'") && message.contains("completed with status 12 (GS_ERR_OUT_OF_MEMORY): device lost"),
+            message.contains("node 'device'")
+                && message.contains("completed with status 12 (GS_ERR_OUT_OF_MEMORY): device lost"),
             "{message}"
         );
     }
@@ -236,7 +257,11 @@ fn a_size_function_answering_0_or_too_many_bytes_fails_the_run() {
     let too_many = isize::MAX as usize; // more than a buffer can have, not GS_SIZE_DYNAMIC
     for (bytes, want, words) in [
         (0, gs_status::GS_ERR_KERNEL_FAILED, "gave output 0 a size of 0 bytes"),
-        (too_many, gs_status::GS_ERR_SIZE_OVERFLOW, "more than one buffer can have"),
+        (
+            too_many,
+            gs_status::GS_ERR_SIZE_OVERFLOW,
+            "more than one buffer can have",
+        ),
     ] {
         let mut d = node(c"shape", Some(nothing), bytes as *mut c_void, &[], &[16]);
         d.size_fn = Some(answer);
@@ -266,6 +291,80 @@ fn a_size_function_answering_0_or_too_many_bytes_fails_the_run() {
     }
     // SAFETY: every handle is live and no run uses it any more.
     unsafe {
+        gs_executor_free(executor);
+        gs_pool_free(pool);
+    }
+}
+
+/// One counter per item, and the statuses the outer chunks' inner loops returned.
+struct Marks {
+    items: Vec<AtomicUsize>,
+    statuses: Mutex<Vec<gs_status>>,
+}
+
+unsafe extern "C" fn mark(_: *const gs_parallel, begin: usize, end: usize, user: *mut c_void) {
+    // SAFETY: `user` is the test's `Marks`, alive until the loop returns.
+    let marks = unsafe { &*(user as *const Marks) };
+    for i in begin..end {
+        marks.items[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A chunk of the outer loop: an inner loop over its items, three at a time, on the same handle.
+unsafe extern "C" fn outer(p: *const gs_parallel, begin: usize, end: usize, user: *mut c_void) {
+    // SAFETY: `p` is this chunk's handle; `user` the test's `Marks`.
+    let status = unsafe { gs_parallel_for(p, begin, end, 3, Some(mark), user) };
+    // SAFETY: as above.
+    let reversed = unsafe { gs_parallel_for(p, end, begin, 3, Some(mark), user) };
+    // SAFETY: `user` is the test's `Marks`.
+    let marks = unsafe { &*(user as *const Marks) };
+    marks.statuses.lock().unwrap().extend([status, reversed]);
+}
+
+unsafe extern "C" fn nested_kernel(ctx: *mut gs_kernel_ctx, user: *mut c_void) -> i32 {
+    // SAFETY: `ctx` is this kernel's; `user` the test's `Marks`.
+    unsafe { gs_ctx_parallel_for_nested(ctx, 0, 1000, 50, Some(outer), user) as i32 }
+}
+
+#[test]
+fn chunks_of_a_c_loop_start_loops_of_their_own_on_any_thread() {
+    let (pool, executor) = new_pool_and_executor();
+    let marks = Marks {
+        items: (0..1000).map(|_| AtomicUsize::new(0)).collect(),
+        statuses: Mutex::new(Vec::new()),
+    };
+    let d = node(
+        c"nest",
+        Some(nested_kernel),
+        &marks as *const Marks as *mut c_void,
+        &[],
+        &[8],
+    );
+    let g = one_node(&d, None);
+    for on in [null_mut(), executor] {
+        for _ in 0..20 {
+            let (status, message) = run(
+                g,
+                pool,
+                gs_run_options {
+                    executor: on,
+                    flags: GS_RUN_FORCE_EXECUTOR,
+                    ..Default::default()
+                },
+            );
+            assert_eq!(status, gs_status::GS_OK, "{message}");
+            assert!(marks.items.iter().all(|m| m.swap(0, Ordering::Relaxed) == 1));
+            // Every outer chunk's inner loop ran (OK) and its reversed one was refused.
+            let statuses = std::mem::take(&mut *marks.statuses.lock().unwrap());
+            assert_eq!(statuses.len(), 2 * 20, "{statuses:?}");
+            for pair in statuses.chunks(2) {
+                assert_eq!(pair, [gs_status::GS_OK, gs_status::GS_ERR_INVALID_ARGUMENT]);
+            }
+        }
+    }
+    // SAFETY: every handle is live and no run uses it any more.
+    unsafe {
+        gs_graph_free(g);
         gs_executor_free(executor);
         gs_pool_free(pool);
     }

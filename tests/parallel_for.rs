@@ -259,11 +259,15 @@ impl Probe {
 
 #[test]
 fn chunks_whose_end_would_overflow_stop_at_the_range_end() {
+    use std::ops::Range;
     let probe = Probe::new();
     let max = usize::MAX;
     for on_executor in [false, true] {
-        assert_eq!(probe.chunks(1, 100, max, on_executor), [1..100]);
-        assert_eq!(probe.chunks(50, 100, max - 20, on_executor), [50..100]);
+        assert_eq!(probe.chunks(1, 100, max, on_executor), [Range { start: 1, end: 100 }]);
+        assert_eq!(
+            probe.chunks(50, 100, max - 20, on_executor),
+            [Range { start: 50, end: 100 }]
+        );
         let tail = probe.chunks(max - 100, max, 7, on_executor);
         assert_eq!((tail.len(), tail.last().cloned()), (15, Some(max - 2..max)));
         let huge = probe.chunks(0, max, 1 << 61, on_executor);

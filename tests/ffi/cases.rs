@@ -435,6 +435,12 @@ pub(super) fn kernel_context(s: &mut Spec) {
         "a NULL context has no run data": gs_ctx_user_data(null()).is_null() => returns true, "'ctx'";
         "a parallel loop needs a context":
             gs_ctx_parallel_for(null_mut(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'ctx'";
+        "so does a loop whose chunks may nest loops":
+            gs_ctx_parallel_for_nested(null_mut(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'ctx'";
+        "a nested loop needs its chunk's handle": gs_parallel_for(null(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'p'";
+        "a handle that is not a running loop's is refused":
+            gs_parallel_for(garbage.as_ptr() as *const gs_parallel, 0, 10, 1, None, null_mut())
+            => GS_ERR_INVALID_HANDLE, "not the handle of a running parallel loop";
         "a NULL context has no pool": gs_ctx_pool(null()).is_null() => returns true, "'ctx'";
         "only a running kernel defers its node":
             gs_ctx_defer(fake, &mut completion) => GS_ERR_INVALID_HANDLE, "not the context of a running kernel";
