@@ -1,6 +1,6 @@
 // cpp_async: intra-op parallelism and asynchronous kernels from C++ (graphsched.hpp).
 //
-//   fill -> scale (Context::parallel_for over rows) ----------------> sum
+//   fill -> scale (Context::parallel_for_nested over row blocks, then rows) -> sum
 //        -> offload (Context::defer; a std::thread completes it) --->
 //
 // Shows: a kernel splitting a loop over the executor's threads, an exception thrown in a chunk
@@ -43,9 +43,13 @@ int main() {
         gs_value scale = g.add_node("scale", "Scale", {fill}, {kCount * sizeof(float)}, [](gs::Context &c) {
             const float *in = c.input<float>(0).data();
             float *out = c.output<float>(0).data();
-            c.parallel_for(0, kRows, 4, [&](size_t begin, size_t end) {
-                if (chunk_throws && begin == 8) throw std::runtime_error("row block 8 is cursed");
-                for (size_t i = begin * kCols; i < end * kCols; i++) out[i] = 2 * in[i];
+            // Blocks of 4 rows, each a loop of its own over its rows (on whichever thread runs the
+            // block); an exception in an inner chunk reaches the kernel through both loops.
+            c.parallel_for_nested(0, kRows, 4, [&](const gs::Parallel &p, size_t first, size_t last) {
+                p.parallel_for(first, last, 1, [&](const gs::Parallel &, size_t begin, size_t end) {
+                    if (chunk_throws && begin == 8) throw std::runtime_error("row block 8 is cursed");
+                    for (size_t i = begin * kCols; i < end * kCols; i++) out[i] = 2 * in[i];
+                });
             });
         });
         gs_value offload = g.add_node("offload", "Offload", {fill}, {kCount * sizeof(float)}, [](gs::Context &c) {

@@ -227,6 +227,11 @@ typedef struct gs_graph gs_graph;
 // The context of one running kernel; valid only during that kernel call.
 typedef struct gs_kernel_ctx gs_kernel_ctx;
 
+// What the chunks of a loop started with `gs_ctx_parallel_for_nested` receive: pass it to
+// `gs_parallel_for` to start a loop inside the chunk, from any thread. Valid only until the
+// chunk function that received it returns.
+typedef struct gs_parallel gs_parallel;
+
 // A partition of a graph's operator nodes into clusters, each to be run as one call: convex (no
 // path leaves a cluster and comes back), so the clusters form a DAG. Owns its node lists; the
 // graph may be freed before it.
@@ -296,7 +301,10 @@ typedef int32_t (*gs_kernel_fn)(struct gs_kernel_ctx *ctx, void *user_data);
 // kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
 // not seen before, in topological order, on the thread that called `gs_run` (so possibly on
 // several threads at once, for runs started at once); return 0, or non-zero to fail the run
-// (`GS_ERR_KERNEL_FAILED`, naming the node). A C++ exception must not leave it.
+// (`GS_ERR_KERNEL_FAILED`, naming the node). An output size of 0 fails the run with
+// `GS_ERR_KERNEL_FAILED`, and one larger than a buffer can be (`PTRDIFF_MAX - 4096` bytes, or
+// outputs adding up to more) with `GS_ERR_SIZE_OVERFLOW`, both naming the node and the output.
+// A C++ exception must not leave it.
 typedef int32_t (*gs_size_fn)(const size_t *input_sizes,
                               uint32_t num_inputs,
                               size_t *output_sizes,
@@ -361,6 +369,11 @@ typedef struct gs_graph_info {
   // Largest inputs + outputs of one node, in bytes: no order or placement can need less memory.
   uint64_t node_lower_bound_bytes;
 } gs_graph_info;
+
+// The body of a loop whose chunks may start loops of their own: runs items `begin..end` (end
+// excluded) with the `user` pointer given to the loop, and may pass `p` to `gs_parallel_for`
+// while it runs. Called from several threads at once; must not throw.
+typedef void (*gs_parallel_fn)(const struct gs_parallel *p, size_t begin, size_t end, void *user);
 
 // What a partition is chosen for. Zero-initialize, then fill in.
 typedef struct gs_partition_options {
@@ -483,7 +496,9 @@ typedef struct gs_run_options {
   // kernels still reach the executor (`gs_ctx_executor`).
   struct gs_executor *executor;
   // Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
-  // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
+  // not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`. With
+  // a scheduled plan (`gs_plan_new_scheduled`, `GS_PLAN_SCHEDULED`), whose arena fixes what
+  // the run holds, a limit is refused: `GS_ERR_INVALID_ARGUMENT`.
   uint64_t memory_limit_bytes;
   // Most nodes of the run in flight at once: executing, or pending (deferred by their kernels,
   // `gs_ctx_defer`, and not completed yet); 0: no cap but the executor's threads, and none on
@@ -610,7 +625,9 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 // waits for their completions before it returns its buffers and its status: every
 // `gs_completion` must be completed. Everything else is settled when the kernel returns:
 // dynamic outputs allocated, descriptors set. A kernel that returns an error after deferring
-// fails the run, which still waits for the completion. At most once per kernel call.
+// fails the run, which still waits for the completion. At most once per kernel call: a second
+// call returns `GS_ERR_INVALID_ARGUMENT` ("... deferred its end already"), writes nothing to
+// `out`, and leaves the first deferral in force (its completion must still be completed).
 //
 // Only inside the kernel call that received `ctx`, on its thread.
 //
@@ -620,8 +637,11 @@ int32_t gs_cancel_token_reset(const struct gs_cancel_token *token);
 gs_status gs_ctx_defer(struct gs_kernel_ctx *c, struct gs_completion **out);
 
 // Ends a node whose kernel deferred its end, and frees `completion`. `status` is `GS_OK` if
-// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, naming the
-// node, `status` and `message` (which may be NULL). The node's outputs must hold their final
+// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, its message
+// naming the node, `status` as a number and as a name (`gs_status_name`; `GS_UNKNOWN_STATUS`
+// for an engine's own code) and `message` (which may be NULL), as in "node 'conv' (op Conv)
+// failed after deferring: completed with status 12 (GS_ERR_OUT_OF_MEMORY): device lost". The
+// node's outputs must hold their final
 // contents before this is called. The call only queues the node's end: it runs no kernel.
 //
 // Thread-safe: any thread; each completion once (a second call is `GS_ERR_INVALID_HANDLE`).
@@ -755,6 +775,12 @@ struct gs_executor *gs_ctx_executor(const struct gs_kernel_ctx *c);
 // an executor, on this thread in order. Returns once every chunk has run. No thread is created;
 // it cannot deadlock, even when every thread is inside such a call (each caller runs every
 // chunk nobody else has claimed, then waits only for chunks being run).
+//
+// `begin == end` runs nothing and returns `GS_OK`; `begin > end` runs nothing and returns
+// `GS_ERR_INVALID_ARGUMENT`; a NULL `fn` is `GS_ERR_NULL_ARGUMENT`. The loop does not watch
+// the run's cancel token or deadline: called in a cancelled run (or one past its deadline), it
+// still runs every chunk and returns `GS_OK`; the run starts no new node after it. For loops
+// inside chunks, use `gs_ctx_parallel_for_nested`.
 //
 // Only inside the kernel call that received `ctx`, on its thread.
 //
@@ -944,6 +970,42 @@ gs_status gs_graph_find_node(const struct gs_graph *graph, const char *name, uin
 // No other thread frees `graph` during this call.
 const char *gs_graph_node_name(const struct gs_graph *graph, uint32_t node);
 
+// As `gs_ctx_parallel_for`, with a body that receives a handle `p` for loops of its own:
+// inside a chunk, on whichever thread runs it, `gs_parallel_for(p, ...)` runs a nested loop on
+// the same threads (it cannot deadlock either: each caller runs the chunks nobody claimed).
+// The same statuses as `gs_ctx_parallel_for`.
+//
+// Only inside the kernel call that received `ctx`, on its thread.
+//
+// # Safety
+// `c` is NULL or the `ctx` the running kernel received, used on its thread before the kernel
+// returns; `f` may be called with `user` from several threads at once until this returns.
+gs_status gs_ctx_parallel_for_nested(struct gs_kernel_ctx *c,
+                                     size_t begin,
+                                     size_t end,
+                                     size_t grain,
+                                     gs_parallel_fn f,
+                                     void *user);
+
+// Runs `f` over `begin..end` in chunks of `grain` items (0 counts as 1) from inside a chunk
+// of a loop started with `gs_ctx_parallel_for_nested`, which passed `p` to the chunk: on this
+// thread and the run's other threads as they come free; returns once every chunk has run. The
+// chunks get `p` too, so loops nest to any depth. Statuses: `GS_ERR_NULL_ARGUMENT` for a NULL
+// `p` or `f`, `GS_ERR_INVALID_HANDLE` for a `p` that is not a live loop's, and as
+// `gs_ctx_parallel_for` otherwise (`GS_ERR_INVALID_ARGUMENT` when `begin > end`).
+//
+// Thread-safe: any thread, while the chunk that received `p` runs.
+//
+// # Safety
+// `p` is NULL or the handle a running chunk received, used before that chunk returns; `f` may
+// be called with `user` from several threads at once until this returns.
+gs_status gs_parallel_for(const struct gs_parallel *p,
+                          size_t begin,
+                          size_t end,
+                          size_t grain,
+                          gs_parallel_fn f,
+                          void *user);
+
 // Proposes a partition of a finalized graph's operator nodes into clusters, each to be run as
 // one call, for an engine whose calls cost `options.call_cost_ns` each: merging nodes saves
 // calls and gives up overlap, and the simulator (the runs' policy, on `options.threads`
@@ -1004,6 +1066,8 @@ gs_status gs_partition_simulated(const struct gs_partition *partition,
 void gs_partition_free(struct gs_partition *partition);
 
 // Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
+// `GS_ERR_INVALID_ARGUMENT` for a graph with an input of size `GS_SIZE_DYNAMIC`: a plan fixes
+// every size (its runs take `GS_RUN_AUTO_PLAN` instead, a plan per set of input sizes).
 //
 // The plan belongs to this graph: it keeps the finalized graph alive and runs of any other graph
 // refuse it. It must outlive every run that uses it.
@@ -1017,8 +1081,10 @@ gs_status gs_plan_new(const struct gs_graph *graph, uint32_t mode, struct gs_pla
 // values share bytes when their lifetimes in that schedule do not overlap, and the plan adds
 // the ordering constraints that make the sharing safe for any executor and any durations.
 // Runs on the plan follow them (a node also waits for the nodes it was ordered after), with or
-// without an executor, and refuse a memory limit (the arena fixes what they hold). The plan is
-// checked before it is returned; `gs_plan_schedule` tells what the constraints cost.
+// without an executor, and refuse a memory limit (`GS_ERR_INVALID_ARGUMENT`: the arena fixes
+// what they hold). The plan is
+// checked before it is returned; `gs_plan_schedule` tells what the constraints cost. As
+// `gs_plan_new`, `GS_ERR_INVALID_ARGUMENT` for a graph with an input of dynamic size.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.
 //

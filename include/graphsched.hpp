@@ -145,6 +145,78 @@ private:
 
 class Pool;
 class Executor;
+class Parallel;
+
+namespace detail {
+/// A parallel loop's body and, with exceptions, the first exception a chunk threw: an exception
+/// must not unwind into the library, so it is kept and rethrown by the loop's caller (finish).
+template <class F>
+struct Loop {
+    const F *body;
+#if GRAPHSCHED_HPP_EXCEPTIONS
+    std::mutex lock;
+    std::exception_ptr error;
+#endif
+    template <class... A>
+    void chunk(const A &...args) noexcept {
+#if GRAPHSCHED_HPP_EXCEPTIONS
+        try {
+            (*body)(args...);
+        } catch (...) {
+            std::lock_guard<std::mutex> held(lock);
+            if (!error) error = std::current_exception();
+        }
+#else
+        (*body)(args...);
+#endif
+    }
+    void finish(gs_status code) {
+#if GRAPHSCHED_HPP_EXCEPTIONS
+        if (error) std::rethrow_exception(error);
+#endif
+        check(code);
+    }
+};
+
+template <class F, class Start>
+void nested_loop(const F &body, const Start &start);
+}  // namespace detail
+
+/// A running loop's handle (gs_parallel), given to each chunk of a loop started with
+/// Context::parallel_for_nested: parallel_for on it runs a loop inside the chunk, on whichever
+/// thread runs it, sharing the run's threads. Valid only while that chunk runs.
+class Parallel {
+public:
+    explicit Parallel(const gs_parallel *p) noexcept : p_(p) {}
+    /// Runs `body(parallel, begin, end)` over chunks of `grain` items of [begin, end)
+    /// (gs_parallel_for), `parallel` a handle for loops nested deeper; the same rules as
+    /// Context::parallel_for.
+    template <class F>
+    void parallel_for(size_t begin, size_t end, size_t grain, const F &body) const {
+        const gs_parallel *p = p_;
+        detail::nested_loop(body, [p, begin, end, grain](gs_parallel_fn fn, void *user) {
+            return gs_parallel_for(p, begin, end, grain, fn, user);
+        });
+    }
+
+private:
+    const gs_parallel *p_;
+};
+
+namespace detail {
+/// Runs a loop whose chunks call `body(Parallel, begin, end)`; `start(fn, user)` starts it (from
+/// a kernel, gs_ctx_parallel_for_nested; from a chunk, gs_parallel_for).
+template <class F, class Start>
+void nested_loop(const F &body, const Start &start) {
+    Loop<F> loop{};  // value-initialized: a partial brace list warns (-Wmissing-field-initializers)
+    loop.body = &body;
+    // noexcept: nothing may unwind into the library.
+    gs_parallel_fn chunk = [](const gs_parallel *p, size_t b, size_t e, void *user) noexcept {
+        static_cast<Loop<F> *>(user)->chunk(Parallel(p), b, e);
+    };
+    loop.finish(start(chunk, static_cast<void *>(&loop)));
+}
+}  // namespace detail
 
 /// The right to end a node whose kernel deferred its end (Context::defer): complete() it, from
 /// any thread, once the work the kernel started is done. Move-only. Destroying one that was not
@@ -245,33 +317,22 @@ public:
     /// without them, a chunk must not fail.
     template <class F>
     void parallel_for(size_t begin, size_t end, size_t grain, const F &body) {
-        struct Call {
-            const F *body;
-#if GRAPHSCHED_HPP_EXCEPTIONS
-            std::mutex lock;
-            std::exception_ptr error;
-#endif
-        } call{&body};
+        detail::Loop<F> loop{};  // value-initialized: a partial brace list warns (-Wmissing-field-initializers)
+        loop.body = &body;
         // noexcept: nothing may unwind into the library (an escaping exception terminates).
         gs_range_fn chunk = [](size_t b, size_t e, void *user) noexcept {
-            Call *c = static_cast<Call *>(user);
-#if GRAPHSCHED_HPP_EXCEPTIONS
-            // An exception must not unwind into the library: kept, rethrown by the caller.
-            try {
-                (*c->body)(b, e);
-            } catch (...) {
-                std::lock_guard<std::mutex> held(c->lock);
-                if (!c->error) c->error = std::current_exception();
-            }
-#else
-            (*c->body)(b, e);
-#endif
+            static_cast<detail::Loop<F> *>(user)->chunk(b, e);
         };
-        gs_status code = gs_ctx_parallel_for(ctx_, begin, end, grain, chunk, &call);
-#if GRAPHSCHED_HPP_EXCEPTIONS
-        if (call.error) std::rethrow_exception(call.error);
-#endif
-        detail::check(code);
+        loop.finish(gs_ctx_parallel_for(ctx_, begin, end, grain, chunk, &loop));
+    }
+    /// As parallel_for, with `body(parallel, begin, end)`: `parallel.parallel_for(...)` runs a
+    /// loop inside a chunk, on whichever thread runs it (gs_ctx_parallel_for_nested).
+    template <class F>
+    void parallel_for_nested(size_t begin, size_t end, size_t grain, const F &body) {
+        gs_kernel_ctx *ctx = ctx_;
+        detail::nested_loop(body, [ctx, begin, end, grain](gs_parallel_fn fn, void *user) {
+            return gs_ctx_parallel_for_nested(ctx, begin, end, grain, fn, user);
+        });
     }
 
     /// Defers the node's end (gs_ctx_defer): start the work elsewhere, hand it the Completion,

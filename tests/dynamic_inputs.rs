@@ -233,26 +233,6 @@ fn wrong_sizes_are_named_and_the_graph_runs_again() {
         .expect("the run fails");
     assert_eq!(e.kind(), ErrorKind::InputBinding);
     assert!(e.message().contains("'x'") && e.message().contains("not bound"), "{e}");
-    // A plan of the graph as built knows no sizes for what follows the input.
-    let plan = graphsched::plan::Plan::new(
-        &g,
-        graphsched::plan::Mode::Sequential(graphsched::plan::Order::Topological),
-    )
-    .unwrap();
-    let bindings = [InputBinding::new(x, as_bytes(&words, 64))];
-    let e = graphsched::run(
-        &g,
-        &pool,
-        &RunOptions {
-            inputs: &bindings,
-            plan: Some(&plan),
-            ..Default::default()
-        },
-    )
-    .err()
-    .expect("the run fails");
-    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    assert!(e.message().contains("GS_RUN_AUTO_PLAN"), "{e}");
     check_run(&g, &pool, RunOptions::default(), 4);
 }
 
@@ -303,4 +283,40 @@ fn a_size_function_that_gives_no_bytes_or_panics_fails_the_run_naming_the_node()
         assert_eq!(e.kind(), want, "{name}");
         assert!(e.message().contains(&format!("node '{name}'")), "{e}");
     }
+}
+
+#[test]
+fn a_plan_of_a_graph_with_dynamic_inputs_is_refused_when_made() {
+    use graphsched::plan::{Mode, Order, Plan};
+    let (g, ..) = mlp();
+    // The sentence runs gave for such a plan, when plans were made and every run failed.
+    let want = format!(
+        "{} has inputs of dynamic size, and a plan fixes every size: ask for automatic plans instead \
+         (GS_RUN_AUTO_PLAN, RunOptions::auto_plan), made once per set of input sizes",
+        g.describe()
+    );
+    for mode in [
+        Mode::Sequential(Order::Topological),
+        Mode::Sequential(Order::MemoryAware),
+        Mode::ParallelSafe,
+        Mode::Scheduled { threads: 2 },
+    ] {
+        let e = Plan::new(&g, mode).expect_err("no plan of a graph of dynamic sizes");
+        assert_eq!(
+            (e.kind(), e.message()),
+            (ErrorKind::InvalidArgument, want.as_str()),
+            "{mode:?}"
+        );
+    }
+    // Automatic plans, made per set of sizes, still serve its runs.
+    let pool = Arc::new(Pool::default());
+    check_run(
+        &g,
+        &pool,
+        RunOptions {
+            auto_plan: true,
+            ..Default::default()
+        },
+        4,
+    );
 }

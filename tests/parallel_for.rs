@@ -177,3 +177,130 @@ fn a_run_teaches_the_scheduler_which_nodes_split_their_work() {
     // Its work is its duration times the two threads its loop ran on.
     assert_eq!(g.work_ns(split), g.expected_ns(split) * 2);
 }
+
+/// A one-node graph whose kernel runs `parallel_for(begin..end, grain)` with the parameters last
+/// stored in `params`, its body only recording the chunks it gets (a huge range is never
+/// iterated item by item).
+struct Probe {
+    params: std::sync::Mutex<(usize, usize, usize)>,
+    seen: std::sync::Mutex<Vec<std::ops::Range<usize>>>,
+    graph: std::sync::OnceLock<Arc<graphsched::Graph>>,
+    executor: Executor,
+    pool: Arc<Pool>,
+}
+
+impl Probe {
+    fn new() -> Arc<Probe> {
+        let probe = Arc::new(Probe {
+            params: std::sync::Mutex::new((0, 0, 1)),
+            seen: std::sync::Mutex::new(Vec::new()),
+            graph: std::sync::OnceLock::new(),
+            executor: Executor::new(2).unwrap(),
+            pool: Arc::new(Pool::default()),
+        });
+        // The kernel holds the probe weakly: the graph, inside the probe, must not keep it alive.
+        let weak = Arc::downgrade(&probe);
+        let mut b = GraphBuilder::new();
+        let n = b
+            .add_node(
+                NodeDesc::new(
+                    "probe",
+                    "Probe",
+                    Box::new(move |ctx| {
+                        let p = weak.upgrade().ok_or("probe gone")?;
+                        let (begin, end, grain) = *p.params.lock().unwrap();
+                        ctx.parallel_for(begin..end, grain, &|r: std::ops::Range<usize>| {
+                            p.seen.lock().unwrap().push(r)
+                        })
+                    }),
+                )
+                .output(8),
+            )
+            .unwrap();
+        b.mark_output(ValueRef::new(n, 0)).unwrap();
+        assert!(probe.graph.set(Arc::new(b.finalize().unwrap())).is_ok());
+        probe
+    }
+
+    /// The chunks one loop over `begin..end` in `grain`s ran, sorted, on or off the executor.
+    fn chunks(&self, begin: usize, end: usize, grain: usize, on_executor: bool) -> Vec<std::ops::Range<usize>> {
+        *self.params.lock().unwrap() = (begin, end, grain);
+        self.seen.lock().unwrap().clear();
+        let options = RunOptions {
+            executor: on_executor.then_some(&self.executor),
+            force_executor: true,
+            ..Default::default()
+        };
+        graphsched::run(self.graph.get().unwrap(), &self.pool, &options)
+            .unwrap_or_else(|e| panic!("loop ({begin}, {end}, {grain}), executor {on_executor}: {e}"));
+        let mut seen = std::mem::take(&mut *self.seen.lock().unwrap());
+        seen.sort_by_key(|r| r.start);
+        seen
+    }
+
+    /// Checks that the chunks are non-empty, at most a grain long (the grain raised as the docs
+    /// say when the range would make over `u32::MAX` chunks), and tile `begin..end` exactly.
+    fn check(&self, begin: usize, end: usize, grain: usize) {
+        let len = end.saturating_sub(begin);
+        let most = grain.max(1).max(len.div_ceil(u32::MAX as usize));
+        for on_executor in [false, true] {
+            let seen = self.chunks(begin, end, grain, on_executor);
+            let what = format!("loop ({begin}, {end}, {grain}), executor {on_executor}: chunks {seen:?}");
+            let mut next = begin;
+            for r in &seen {
+                assert!(r.start == next && r.start < r.end && r.end <= end, "{what}");
+                assert!(r.end - r.start <= most, "{what}");
+                next = r.end;
+            }
+            assert_eq!(next, begin.max(end), "{what}");
+        }
+    }
+}
+
+#[test]
+fn chunks_whose_end_would_overflow_stop_at_the_range_end() {
+    use std::ops::Range;
+    let probe = Probe::new();
+    let max = usize::MAX;
+    for on_executor in [false, true] {
+        assert_eq!(probe.chunks(1, 100, max, on_executor), [Range { start: 1, end: 100 }]);
+        assert_eq!(
+            probe.chunks(50, 100, max - 20, on_executor),
+            [Range { start: 50, end: 100 }]
+        );
+        let tail = probe.chunks(max - 100, max, 7, on_executor);
+        assert_eq!((tail.len(), tail.last().cloned()), (15, Some(max - 2..max)));
+        let huge = probe.chunks(0, max, 1 << 61, on_executor);
+        assert_eq!(huge.len(), 8);
+        assert_eq!(huge[7], 7 << 61..max);
+    }
+}
+
+/// Range ends and grains over the whole of `usize`, edges most often.
+fn edgy() -> impl proptest::strategy::Strategy<Value = usize> {
+    use proptest::prelude::*;
+    prop_oneof![
+        0..300usize,
+        (0..300usize).prop_map(|d| usize::MAX - d),
+        (0..64u32, 0..3usize).prop_map(|(s, d)| (1usize << s).wrapping_add(d).wrapping_sub(1)),
+        any::<usize>(),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 400, ..Default::default() })]
+
+    /// Every begin, end and grain: the chunks tile the range. Grains that would make more than
+    /// 10,000 chunks give way to one making `chunks` of them, so that recording stays cheap.
+    #[test]
+    fn chunks_tile_every_range_exactly(begin in edgy(), end in edgy(), grain in edgy(), chunks in 1..10_000usize) {
+        static PROBE: std::sync::OnceLock<Arc<Probe>> = std::sync::OnceLock::new();
+        let probe = PROBE.get_or_init(Probe::new);
+        let len = end.saturating_sub(begin);
+        let grain = match len.div_ceil(grain.max(1)) > 10_000 {
+            true => len.div_ceil(chunks),
+            false => grain,
+        };
+        probe.check(begin, end, grain);
+    }
+}

@@ -100,8 +100,11 @@ impl Job {
             if std::mem::take(&mut first) {
                 self.width.fetch_add(1, Ordering::Relaxed);
             }
+            // chunk < chunks = ceil(len / grain), so from < end; the end is computed from what
+            // is left, which cannot overflow where `from + grain` could (a grain near
+            // usize::MAX, a range ending near it).
             let from = self.start + chunk * self.grain;
-            let to = (from + self.grain).min(self.end);
+            let to = from + self.grain.min(self.end - from);
             // SAFETY: this thread claimed `chunk`, so the caller is still waiting for it and
             // its body is alive (module docs).
             let body = unsafe { &*self.body };

@@ -297,14 +297,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     if graph.has_dynamic_inputs() {
         // Runs go on the graph made for these input sizes (`graph/specialize.rs`).
         if options.plan.is_some() {
-            return err(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "{} has inputs of dynamic size, and a plan fixes every size: ask for automatic plans \
-                     instead (GS_RUN_AUTO_PLAN, RunOptions::auto_plan), made once per set of input sizes",
-                    graph.describe()
-                ),
-            );
+            // `Plan::new` refuses such a graph; a plan of another graph gets the same answer.
+            crate::plan::refuse_dynamic_inputs(graph)?;
         }
         let sizes = super::bind::dynamic_sizes(graph, options.inputs)?;
         return run(&graph.specialize(&sizes)?, pool, options);

@@ -30,7 +30,9 @@ impl Handle for gs_completion {
 /// waits for their completions before it returns its buffers and its status: every
 /// `gs_completion` must be completed. Everything else is settled when the kernel returns:
 /// dynamic outputs allocated, descriptors set. A kernel that returns an error after deferring
-/// fails the run, which still waits for the completion. At most once per kernel call.
+/// fails the run, which still waits for the completion. At most once per kernel call: a second
+/// call returns `GS_ERR_INVALID_ARGUMENT` ("... deferred its end already"), writes nothing to
+/// `out`, and leaves the first deferral in force (its completion must still be completed).
 ///
 /// Only inside the kernel call that received `ctx`, on its thread.
 ///
@@ -51,8 +53,11 @@ pub unsafe extern "C" fn gs_ctx_defer(c: *mut gs_kernel_ctx, out: *mut *mut gs_c
 }
 
 /// Ends a node whose kernel deferred its end, and frees `completion`. `status` is `GS_OK` if
-/// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, naming the
-/// node, `status` and `message` (which may be NULL). The node's outputs must hold their final
+/// the work succeeded; any other value fails the run with `GS_ERR_KERNEL_FAILED`, its message
+/// naming the node, `status` as a number and as a name (`gs_status_name`; `GS_UNKNOWN_STATUS`
+/// for an engine's own code) and `message` (which may be NULL), as in "node 'conv' (op Conv)
+/// failed after deferring: completed with status 12 (GS_ERR_OUT_OF_MEMORY): device lost". The
+/// node's outputs must hold their final
 /// contents before this is called. The call only queues the node's end: it runs no kernel.
 ///
 /// Thread-safe: any thread; each completion once (a second call is `GS_ERR_INVALID_HANDLE`).

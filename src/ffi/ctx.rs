@@ -300,6 +300,12 @@ unsafe impl Sync for CRange {}
 /// it cannot deadlock, even when every thread is inside such a call (each caller runs every
 /// chunk nobody else has claimed, then waits only for chunks being run).
 ///
+/// `begin == end` runs nothing and returns `GS_OK`; `begin > end` runs nothing and returns
+/// `GS_ERR_INVALID_ARGUMENT`; a NULL `fn` is `GS_ERR_NULL_ARGUMENT`. The loop does not watch
+/// the run's cancel token or deadline: called in a cancelled run (or one past its deadline), it
+/// still runs every chunk and returns `GS_OK`; the run starts no new node after it. For loops
+/// inside chunks, use `gs_ctx_parallel_for_nested`.
+///
 /// Only inside the kernel call that received `ctx`, on its thread.
 ///
 /// # Safety

@@ -32,6 +32,8 @@ impl Handle for gs_plan {
 }
 
 /// Plans a finalized graph in `mode` (`GS_PLAN_*`); the plan is checked before it is returned.
+/// `GS_ERR_INVALID_ARGUMENT` for a graph with an input of size `GS_SIZE_DYNAMIC`: a plan fixes
+/// every size (its runs take `GS_RUN_AUTO_PLAN` instead, a plan per set of input sizes).
 ///
 /// The plan belongs to this graph: it keeps the finalized graph alive and runs of any other graph
 /// refuse it. It must outlive every run that uses it.
@@ -67,8 +69,10 @@ pub unsafe extern "C" fn gs_plan_new(graph: *const gs_graph, mode: u32, out: *mu
 /// values share bytes when their lifetimes in that schedule do not overlap, and the plan adds
 /// the ordering constraints that make the sharing safe for any executor and any durations.
 /// Runs on the plan follow them (a node also waits for the nodes it was ordered after), with or
-/// without an executor, and refuse a memory limit (the arena fixes what they hold). The plan is
-/// checked before it is returned; `gs_plan_schedule` tells what the constraints cost.
+/// without an executor, and refuse a memory limit (`GS_ERR_INVALID_ARGUMENT`: the arena fixes
+/// what they hold). The plan is
+/// checked before it is returned; `gs_plan_schedule` tells what the constraints cost. As
+/// `gs_plan_new`, `GS_ERR_INVALID_ARGUMENT` for a graph with an input of dynamic size.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///

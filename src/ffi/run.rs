@@ -101,7 +101,9 @@ pub struct gs_run_options {
     /// kernels still reach the executor (`gs_ctx_executor`).
     pub executor: *mut gs_executor,
     /// Most bytes the run's values may hold at once; 0: no limit. Ready nodes whose outputs do
-    /// not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`.
+    /// not fit wait for releases; a run that cannot go on fails with `GS_ERR_MEMORY_LIMIT`. With
+    /// a scheduled plan (`gs_plan_new_scheduled`, `GS_PLAN_SCHEDULED`), whose arena fixes what
+    /// the run holds, a limit is refused: `GS_ERR_INVALID_ARGUMENT`.
     pub memory_limit_bytes: u64,
     /// Most nodes of the run in flight at once: executing, or pending (deferred by their kernels,
     /// `gs_ctx_defer`, and not completed yet); 0: no cap but the executor's threads, and none on

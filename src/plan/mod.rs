@@ -121,7 +121,10 @@ pub struct Plan {
 
 impl Plan {
     /// Plans `graph` in `mode`.
+    /// Fails with [`ErrorKind::InvalidArgument`] for a graph with inputs of dynamic size
+    /// ([`refuse_dynamic_inputs`]).
     pub fn new(graph: &Arc<Graph>, mode: Mode) -> Result<Plan> {
+        refuse_dynamic_inputs(graph)?;
         let owner = Arc::downgrade(graph);
         let made_for = graph.describe();
         let graph: &Graph = graph;
@@ -483,6 +486,23 @@ impl Plan {
             v = from;
         }
         v
+    }
+}
+
+/// Refuses a graph with inputs of dynamic size, whose every run binds sizes anew: a plan fixes
+/// every size. Runs of such a graph go on the graph made for their sizes
+/// ([`Graph::specialize`]), which automatic plans serve. Plans and runs say it alike.
+pub(crate) fn refuse_dynamic_inputs(graph: &Graph) -> Result<()> {
+    match graph.has_dynamic_inputs() {
+        true => err(
+            ErrorKind::InvalidArgument,
+            format!(
+                "{} has inputs of dynamic size, and a plan fixes every size: ask for automatic plans \
+                 instead (GS_RUN_AUTO_PLAN, RunOptions::auto_plan), made once per set of input sizes",
+                graph.describe()
+            ),
+        ),
+        false => Ok(()),
     }
 }
 

@@ -340,7 +340,18 @@ pub(super) fn plans(s: &mut Spec) {
         "a freed plan in the run options": gs_run(g, pool, &planned, &mut r) => GS_ERR_INVALID_HANDLE, "'options.plan'";
         "freeing a NULL plan does nothing": gs_plan_free(null_mut()) => returns (), "";
     }
-    finish(s, &[g], pool);
+    // A plan fixes every size: a graph whose input size each run binds gets none.
+    let (dynamic, mut x) = (new_graph(), ValueRef::new(0, 0));
+    spec! { s;
+        "an input 'x' of dynamic size": gs_graph_add_input(dynamic, c"x".as_ptr(), GS_SIZE_DYNAMIC, &mut x) => GS_OK, "";
+        "'ok' reads it": gs_graph_add_node(dynamic, &desc(c"ok", Some(add_kernel), &[x], &[16], 0), null_mut()) => GS_OK, "";
+        "'ok' is its output": gs_graph_mark_output(dynamic, ValueRef::new(1, 0)) => GS_OK, "";
+        "it finalizes": gs_graph_finalize(dynamic) => GS_OK, "";
+        "a plan of a graph with an input of dynamic size": gs_plan_new(dynamic, GS_PLAN_PARALLEL_SAFE, &mut plan)
+            => GS_ERR_INVALID_ARGUMENT, "inputs of dynamic size, and a plan fixes every size";
+        "a scheduled plan of it": gs_plan_new_scheduled(dynamic, 2, &mut plan) => GS_ERR_INVALID_ARGUMENT, "GS_RUN_AUTO_PLAN";
+    }
+    finish(s, &[g, dynamic], pool);
 }
 
 pub(super) fn executors(s: &mut Spec) {
@@ -448,6 +459,12 @@ pub(super) fn kernel_context(s: &mut Spec) {
         "a NULL context has no run data": gs_ctx_user_data(null()).is_null() => returns true, "'ctx'";
         "a parallel loop needs a context":
             gs_ctx_parallel_for(null_mut(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'ctx'";
+        "so does a loop whose chunks may nest loops":
+            gs_ctx_parallel_for_nested(null_mut(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'ctx'";
+        "a nested loop needs its chunk's handle": gs_parallel_for(null(), 0, 10, 1, None, null_mut()) => GS_ERR_NULL_ARGUMENT, "'p'";
+        "a handle that is not a running loop's is refused":
+            gs_parallel_for(garbage.as_ptr() as *const gs_parallel, 0, 10, 1, None, null_mut())
+            => GS_ERR_INVALID_HANDLE, "not the handle of a running parallel loop";
         "a NULL context has no pool": gs_ctx_pool(null()).is_null() => returns true, "'ctx'";
         "only a running kernel defers its node":
             gs_ctx_defer(fake, &mut completion) => GS_ERR_INVALID_HANDLE, "not the context of a running kernel";
