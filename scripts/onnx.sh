@@ -4,12 +4,15 @@
 #
 #   scripts/onnx.sh MODEL [--input-shape 1x3x640x640] [--threads N] [--json] [--check]
 #                         [--runs R] [--rounds K] [--call-cost]
+#                         [--serve [--clients N] [--seconds T]]
 #   scripts/onnx.sh --self-test
 #
 # MODEL is an .onnx file, or `det` / `cls`: PP-OCRv4's text detector and the PP-OCR mobile
 # direction classifier, as the PyPI package rapidocr-onnxruntime 1.4.4 ships them.
 # --check only compares the outputs, bit for bit, in every memory mode (exit 1 if they differ).
 # --call-cost only times each node's session alone (--runs calls each) against the whole model.
+# --serve: N closed-loop clients for T seconds against graphsched (its clusters, one executor and
+# pool, a memory budget) and ONNX Runtime (one session shared by every client): `serve` rows.
 # Otherwise graphsched first partitions the model (gsched-onnx --partition, prepare.py --clusters):
 # the `graphsched (auto ...)` rows run its clusters the way it chose.
 # --self-test (run by scripts/test.sh): the classifier's --check, then onnx/test_prepare.py.
@@ -47,9 +50,9 @@ while [ $# -gt 0 ]; do
     case $1 in
         --input-shape) [ $# -ge 2 ] || usage; shape=$2; shift 2 ;;
         --threads) [ $# -ge 2 ] || usage; threads=$2; args+=("$1" "$2"); shift 2 ;;
-        --runs|--rounds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
+        --runs|--rounds|--clients|--seconds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
         --call-cost) call_cost=1; args+=("$1"); shift ;;
-        --json|--check) args+=("$1"); shift ;;
+        --json|--check|--serve) args+=("$1"); shift ;;
         *) echo "onnx.sh: unknown argument $1" >&2; usage ;;
     esac
 done

@@ -14,6 +14,7 @@ mod partition;
 mod pool_allocator;
 mod report;
 mod run;
+mod serve;
 
 use clap::Parser;
 use manifest::Manifest;
@@ -56,6 +57,21 @@ struct Args {
     /// --threads (then `prepare.py --clusters` writes the cluster models).
     #[arg(long)]
     partition: bool,
+    /// Serve instead: --clients closed-loop clients send requests back to back for --seconds,
+    /// to graphsched (its clusters, one executor and pool, a memory budget of one request's
+    /// bound times the threads) and to ONNX Runtime (one session shared by all clients, one
+    /// intra-op thread, and --threads intra-op threads); latencies, throughput, memory.
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: clients sending requests at once.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// With --serve: seconds each server is measured for.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Internal: serve with one server in this process and print its row as JSON.
+    #[arg(long, hide = true)]
+    serve_child: Option<String>,
     /// Internal: measure one configuration in this process and print its row as JSON.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -93,6 +109,38 @@ fn run(args: &Args) -> Result<(), String> {
     }
     if args.partition {
         return write_partitions(args, &threads);
+    }
+    if let Some(key) = &args.serve_child {
+        let server = serve::Server::parse(key).ok_or(format!("no server {key}"))?;
+        let row = serve::serve(
+            &manifest,
+            &args.ort_library,
+            server,
+            args.clients,
+            args.seconds,
+            args.threads,
+        )?;
+        println!("{}", serde_json::to_string(&row).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    if args.serve {
+        let mut rows = Vec::new();
+        for (key, _) in serve::Server::ALL {
+            let extra = [
+                "--serve-child",
+                key,
+                "--clients",
+                &args.clients.to_string(),
+                "--seconds",
+                &args.seconds.to_string(),
+            ];
+            let out = run_child(args, args.threads, &extra)?;
+            let row: serve::ServeRow =
+                serde_json::from_slice(&out).map_err(|e| format!("a child printed no row: {e}"))?;
+            rows.push(row);
+        }
+        report::print_serve(&manifest, &rows, args.json);
+        return Ok(());
     }
     if let Some(key) = &args.child {
         let runner = Runner::parse(key).ok_or(format!("no configuration {key}"))?;

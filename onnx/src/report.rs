@@ -97,3 +97,36 @@ fn summary(manifest: &Manifest, checks: &[Check], parallelism: &Parallelism, row
         "rows": rows,
     })
 }
+
+/// The `--serve` rows.
+pub fn print_serve(manifest: &Manifest, rows: &[crate::serve::ServeRow], as_json: bool) {
+    if as_json {
+        println!(
+            "{}",
+            json!({"model": manifest.model, "nodes": manifest.nodes.len(), "serve": rows})
+        );
+        return;
+    }
+    println!(
+        "{}: closed-loop clients, each server in a process of its own; latencies per request",
+        manifest.model
+    );
+    println!(
+        "{:<52} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6}",
+        "runtime", "clients", "requests", "req/s", "p50 ms", "p99 ms", "peak MiB", "budget MiB", "equal"
+    );
+    for r in rows {
+        println!(
+            "{:<52} {:>7} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>10} {:>6}",
+            r.runtime,
+            r.clients,
+            r.requests,
+            r.throughput_per_s,
+            r.p50_ns as f64 / 1e6,
+            r.p99_ns as f64 / 1e6,
+            mib(r.peak_rss_bytes),
+            r.budget_bytes.map_or("-".to_string(), mib),
+            if r.bitwise_equal { "yes" } else { "NO" }
+        );
+    }
+}

@@ -201,7 +201,7 @@ impl Engine {
 /// The whole prepared model in one ONNX Runtime session, with its outputs written into memory
 /// allocated once.
 pub struct WholeModel<'r> {
-    session: Session<'r>,
+    session: Held<'r>,
     runtime: &'r crate::ort_api::Runtime,
     input: Aligned,
     input_name: CString,
@@ -210,9 +210,37 @@ pub struct WholeModel<'r> {
     outputs: Vec<(CString, Aligned, Vec<i64>, i32)>,
 }
 
+/// A session a [`WholeModel`] owns, or shares with others (concurrent `Run` calls).
+enum Held<'r> {
+    Own(Session<'r>),
+    Shared(&'r Session<'r>),
+}
+
+impl<'r> Held<'r> {
+    fn get(&self) -> &Session<'r> {
+        match self {
+            Held::Own(s) => s,
+            Held::Shared(s) => s,
+        }
+    }
+}
+
 impl<'r> WholeModel<'r> {
     /// Runs of `session`, which was made over the manifest's prepared model.
     pub fn new(runtime: &'r crate::ort_api::Runtime, session: Session<'r>, manifest: &Manifest) -> WholeModel<'r> {
+        WholeModel::held(runtime, Held::Own(session), manifest)
+    }
+
+    /// Runs of a session other `WholeModel`s share (each has its own input and outputs).
+    pub fn shared(
+        runtime: &'r crate::ort_api::Runtime,
+        session: &'r Session<'r>,
+        manifest: &Manifest,
+    ) -> WholeModel<'r> {
+        WholeModel::held(runtime, Held::Shared(session), manifest)
+    }
+
+    fn held(runtime: &'r crate::ort_api::Runtime, session: Held<'r>, manifest: &Manifest) -> WholeModel<'r> {
         let tensors = manifest.tensors();
         let input = manifest.input();
         WholeModel {
@@ -256,6 +284,7 @@ impl<'r> WholeModel<'r> {
         // SAFETY: the names are the CStrings this struct owns; the tensors wrap its buffers.
         unsafe {
             self.session
+                .get()
                 .run(&[self.input_name.as_ptr()], &[input], &out_names, &mut outs)
         }?;
         Ok(if keep {

@@ -312,6 +312,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
             .enter(reservation(graph, options), || graph.describe())?,
         None => None,
     };
+    let asked = *options;
     let mut options = *options;
     if let Some(entry) = &entry {
         if options.plan.is_none() {
@@ -342,7 +343,9 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     }
     let mut arrays = Lent::take(graph);
     let (graph_prio, samples) = arrays.priorities(graph);
-    let executor = options.executor.filter(|e| spreads(graph, &graph_prio, e, options));
+    // A limit the budget set does not keep a run on the threads: on its caller alone it follows
+    // the order admission's guarantee is about, within the same bound.
+    let executor = options.executor.filter(|e| spreads(graph, &graph_prio, e, &asked));
     let plan = match options.plan {
         None if options.auto_plan && options.memory_limit_bytes == 0 => {
             super::auto_plan::auto_plan(graph, executor.map(Executor::threads))
