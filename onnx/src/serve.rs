@@ -229,10 +229,8 @@ fn serve_graphsched(
     }
     let budget = bound.max(1) * threads as u64;
     // SAFETY: a live executor.
-    gs_check(
-        unsafe { gs_executor_set_memory_budget(executor.0, budget) },
-        "gs_executor_set_memory_budget",
-    )?;
+    let status = unsafe { gs_executor_set_memory_budget(executor.0, budget) };
+    gs_check(status, "gs_executor_set_memory_budget")?;
     // One input for every request (kernels only read it), at one address, as the sessions'
     // cached tensors like.
     let mut input = Aligned::from(&manifest.input_bytes());
