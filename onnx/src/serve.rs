@@ -195,7 +195,7 @@ fn serve_graphsched(
 ) -> Result<ServeRow, String> {
     let choice = Choice::load(&manifest.dir, threads)?;
     let clusters = Manifest::load(&clusters_dir(&manifest.dir, threads))?;
-    let intra = choice.chosen.way == Way::IntraOp;
+    let intra = serving_way(&choice, clients, threads) == Way::IntraOp;
     let pool = OwnedPool::new()?;
     let runtime = Runtime::load_with(library, intra.then_some(threads), Some(pool.handle()))?;
     let want = reference(&runtime, manifest)?;
@@ -288,6 +288,24 @@ fn serve_graphsched(
     Ok(r)
 }
 
+/// How to run the clusters for `clients` requests at once. The choice was made for one request
+/// at a time; once the clients alone fill the threads, ONNX Runtime's intra-op pool only
+/// oversubscribes them, so each session keeps to its request's thread, when the partition made
+/// for that way has the same clusters (whose models are the ones written).
+fn serving_way(choice: &Choice, clients: usize, threads: usize) -> Way {
+    let chosen = &choice.chosen;
+    if chosen.way == Way::IntraOp && clients >= threads {
+        let same = choice
+            .considered
+            .iter()
+            .any(|p| p.way == Way::Executor && p.clusters == chosen.clusters);
+        if same {
+            return Way::Executor;
+        }
+    }
+    chosen.way
+}
+
 /// An executor, freed on drop.
 struct Executor(*mut gs_executor);
 
@@ -351,4 +369,47 @@ fn rss_now() -> u64 {
 
 fn rss_peak() -> u64 {
     status_kib("VmHWM:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::Proposal;
+
+    fn proposal(way: Way, clusters: Vec<Vec<usize>>) -> Proposal {
+        Proposal {
+            way,
+            threads: 2,
+            call_cost_ns: 1000,
+            nodes: 3,
+            clusters,
+            before_ns: 100,
+            after_ns: 50,
+            after_peak_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn clients_that_fill_the_threads_keep_each_session_on_its_own() {
+        let one = vec![vec![0, 1, 2]];
+        let choice = Choice {
+            chosen: proposal(Way::IntraOp, one.clone()),
+            considered: vec![
+                proposal(Way::Executor, one.clone()),
+                proposal(Way::IntraOp, one.clone()),
+            ],
+        };
+        assert_eq!(serving_way(&choice, 1, 2), Way::IntraOp, "one request: as chosen");
+        assert_eq!(serving_way(&choice, 2, 2), Way::Executor);
+        let other = Choice {
+            chosen: proposal(Way::IntraOp, one),
+            considered: vec![proposal(Way::Executor, vec![vec![0], vec![1, 2]])],
+        };
+        assert_eq!(
+            serving_way(&other, 4, 2),
+            Way::IntraOp,
+            "other clusters: no models for them"
+        );
+        assert_eq!(percentiles(&mut [5, 1, 3, 2, 4]), (3, 5));
+    }
 }
