@@ -78,6 +78,9 @@ struct Args {
     /// Internal: measure one way to run the clusters and print graphsched's proposal as JSON.
     #[arg(long, hide = true)]
     propose: Option<String>,
+    /// Internal, with --propose: the least a call may cost, in nanoseconds.
+    #[arg(long, hide = true, default_value_t = 0)]
+    call_cost_floor: u64,
 }
 
 /// Outputs that differ from ONNX Runtime's: exit status 1 (other failures: 2).
@@ -103,7 +106,7 @@ fn run(args: &Args) -> Result<(), String> {
     };
     if let Some(way) = &args.propose {
         let way = serde_json::from_value(serde_json::Value::String(way.clone())).map_err(|e| e.to_string())?;
-        let proposal = partition::propose(&manifest, &args.ort_library, way, args.threads)?;
+        let proposal = partition::propose(&manifest, &args.ort_library, way, args.threads, args.call_cost_floor)?;
         println!("{}", serde_json::to_string(&proposal).map_err(|e| e.to_string())?);
         return Ok(());
     }
@@ -210,10 +213,20 @@ fn run(args: &Args) -> Result<(), String> {
 /// with or without a global pool, per process), the fastest kept, for each thread count.
 fn write_partitions(args: &Args, threads: &[usize]) -> Result<(), String> {
     for &t in threads {
-        let mut considered = Vec::new();
+        let mut considered: Vec<partition::Proposal> = Vec::new();
+        // The executor's way first: its single-threaded sessions measure the cost of a call
+        // best, and it is the floor for the other way's, whose whole-model reference on the
+        // intra-op pool can hide it.
         for way in partition::ways(t) {
             let name = serde_json::to_value(way).map_err(|e| e.to_string())?;
-            let out = run_child(args, t, &["--propose", name.as_str().unwrap_or_default()])?;
+            let floor = considered.first().map_or(0, |p| p.call_cost_ns).to_string();
+            let extra = [
+                "--propose",
+                name.as_str().unwrap_or_default(),
+                "--call-cost-floor",
+                &floor,
+            ];
+            let out = run_child(args, t, &extra)?;
             considered.push(serde_json::from_slice(&out).map_err(|e| format!("a child printed no proposal: {e}"))?);
         }
         let choice = partition::choose(considered).ok_or("no way to run the clusters")?;

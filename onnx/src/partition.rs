@@ -109,8 +109,15 @@ pub fn choose(considered: Vec<Proposal>) -> Option<Choice> {
     Some(Choice { chosen, considered })
 }
 
-/// In a child process: measures `way` on `threads` threads and partitions.
-pub fn propose(manifest: &Manifest, library: &Path, way: Way, threads: usize) -> Result<Proposal, String> {
+/// In a child process: measures `way` on `threads` threads and partitions, with calls costing at
+/// least `floor_ns`.
+pub fn propose(
+    manifest: &Manifest,
+    library: &Path,
+    way: Way,
+    threads: usize,
+    floor_ns: u64,
+) -> Result<Proposal, String> {
     let intra = way == Way::IntraOp;
     let runtime = Runtime::load(library, intra.then_some(threads))?;
     let config = SessionConfig {
@@ -137,7 +144,7 @@ pub fn propose(manifest: &Manifest, library: &Path, way: Way, threads: usize) ->
     gs_check(status, "gs_graph_get_info")?;
     let whole_ns = whole_model_ns(&runtime, manifest, config)?;
     let calls = graph.nodes.max(2) as u64 - 1;
-    let call_cost_ns = info.total_work_ns.saturating_sub(whole_ns) / calls;
+    let call_cost_ns = (info.total_work_ns.saturating_sub(whole_ns) / calls).max(floor_ns);
     let options = gs_partition_options {
         call_cost_ns,
         threads: if intra { 1 } else { threads as u32 },

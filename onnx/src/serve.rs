@@ -290,20 +290,13 @@ fn serve_graphsched(
 
 /// How to run the clusters for `clients` requests at once. The choice was made for one request
 /// at a time; once the clients alone fill the threads, ONNX Runtime's intra-op pool only
-/// oversubscribes them, so each session keeps to its request's thread, when the partition made
-/// for that way has the same clusters (whose models are the ones written).
+/// oversubscribes them, so each cluster's session keeps to its request's thread (the same
+/// cluster models, run on the executor's way).
 fn serving_way(choice: &Choice, clients: usize, threads: usize) -> Way {
-    let chosen = &choice.chosen;
-    if chosen.way == Way::IntraOp && clients >= threads {
-        let same = choice
-            .considered
-            .iter()
-            .any(|p| p.way == Way::Executor && p.clusters == chosen.clusters);
-        if same {
-            return Way::Executor;
-        }
+    match choice.chosen.way {
+        Way::IntraOp if clients >= threads => Way::Executor,
+        way => way,
     }
-    chosen.way
 }
 
 /// An executor, freed on drop.
@@ -394,22 +387,15 @@ mod tests {
         let one = vec![vec![0, 1, 2]];
         let choice = Choice {
             chosen: proposal(Way::IntraOp, one.clone()),
-            considered: vec![
-                proposal(Way::Executor, one.clone()),
-                proposal(Way::IntraOp, one.clone()),
-            ],
+            considered: vec![proposal(Way::Executor, vec![vec![0], vec![1, 2]])],
         };
         assert_eq!(serving_way(&choice, 1, 2), Way::IntraOp, "one request: as chosen");
         assert_eq!(serving_way(&choice, 2, 2), Way::Executor);
-        let other = Choice {
-            chosen: proposal(Way::IntraOp, one),
-            considered: vec![proposal(Way::Executor, vec![vec![0], vec![1, 2]])],
+        let executor = Choice {
+            chosen: proposal(Way::Executor, one),
+            considered: Vec::new(),
         };
-        assert_eq!(
-            serving_way(&other, 4, 2),
-            Way::IntraOp,
-            "other clusters: no models for them"
-        );
+        assert_eq!(serving_way(&executor, 1, 2), Way::Executor);
         assert_eq!(percentiles(&mut [5, 1, 3, 2, 4]), (3, 5));
     }
 }
