@@ -15,6 +15,10 @@ cargo test --locked --workspace
 echo "== clippy: no warning, and every unsafe block states why it is sound"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
+echo "== docs that cannot go stale: rustdoc with warnings as errors (broken intra-doc links), and rustfmt"
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --quiet
+cargo fmt --all --check
+
 echo "== ONNX: the classifier run by graphsched with ONNX Runtime's own kernels, bit for bit"
 GS_ONNX_PROFILE=dev bash scripts/onnx.sh --self-test
 

@@ -122,7 +122,7 @@ pub struct Plan {
 impl Plan {
     /// Plans `graph` in `mode`.
     /// Fails with [`ErrorKind::InvalidArgument`] for a graph with inputs of dynamic size
-    /// ([`refuse_dynamic_inputs`]).
+    /// (`refuse_dynamic_inputs`).
     pub fn new(graph: &Arc<Graph>, mode: Mode) -> Result<Plan> {
         refuse_dynamic_inputs(graph)?;
         let owner = Arc::downgrade(graph);

@@ -33,7 +33,7 @@ pub const SAMPLE_EVERY: u64 = 8;
 /// their time, and their estimates barely change an order (see [`MIN_MOVE_NS`]).
 pub const CHEAP_OP_NS: u64 = 2_000;
 
-/// How often a kernel of a cheap op type (below [`CHEAP_OP_NS`]) is measured: one call in this
+/// How often a kernel of a cheap op type (below `CHEAP_OP_NS`) is measured: one call in this
 /// many.
 pub const SAMPLE_EVERY_CHEAP: u64 = 64;
 

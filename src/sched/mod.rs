@@ -314,7 +314,7 @@ impl Priorities {
     /// Whether a thread of a run on these priorities that has executed `executed` nodes should
     /// time a node of op type `op` (`Graph::op_index`): every node of an op type not measured yet, then one node in
     /// [`SAMPLE_EVERY`], or in [`SAMPLE_EVERY_CHEAP`] for op types cheaper than
-    /// [`CHEAP_OP_NS`](estimates::CHEAP_OP_NS) when these priorities were computed. An op type
+    /// `CHEAP_OP_NS` when these priorities were computed. An op type
     /// measured before then costs one array read: an average never returns to 0.
     #[inline]
     pub fn should_sample_op(&self, g: &Graph, op: u32, executed: u64) -> bool {
@@ -331,7 +331,7 @@ impl Priorities {
 
     /// Whether learned estimates have moved since these were computed: an op type measured or
     /// deferring for the first time, or one whose average moved by more than a fifth and by at
-    /// least [`MIN_MOVE_NS`](estimates::MIN_MOVE_NS).
+    /// least [`MIN_MOVE_NS`].
     pub fn is_stale(&self, g: &Graph) -> bool {
         let kinds_moved = self
             .kinds_basis
