@@ -253,3 +253,47 @@ fn a_high_priority_run_is_taken_before_a_normal_one_on_every_thread() {
         "without priority the normal run's queued nodes go first: {equal} vs {urgent}"
     );
 }
+
+#[test]
+fn the_simulator_replays_runs_arriving_with_their_priorities() {
+    use graphsched::sim::{replay, ReplayRun};
+    let wide = |name: &str, n: usize, ns: u64| {
+        let mut b = GraphBuilder::new();
+        for i in 0..n {
+            b.add_node(
+                NodeDesc::new(format!("{name}{i}"), "Op", Box::new(|_| Ok(())))
+                    .output(8)
+                    .estimate_ns(ns),
+            )
+            .unwrap();
+        }
+        b.finalize().unwrap()
+    };
+    let (batch, request) = (wide("b", 60, 1000), wide("r", 6, 1000));
+    let at = |priority| {
+        let runs = [
+            ReplayRun {
+                graph: &batch,
+                arrival_ns: 0,
+                priority: RunPriority::Normal,
+            },
+            ReplayRun {
+                graph: &request,
+                arrival_ns: 10_500,
+                priority,
+            },
+        ];
+        replay(&runs, 3, Default::default()).unwrap()
+    };
+    let (urgent, equal) = (at(RunPriority::High), at(RunPriority::Normal));
+    // Three threads: the request's 6 nodes take two waves once the running nodes end at 11 us.
+    assert_eq!(urgent[1].end_ns, 13_000);
+    assert_eq!(equal[1].end_ns, 22_000, "behind the batch's 27 queued nodes");
+    let last = |t: &[graphsched::sim::RunTimes]| t.iter().map(|t| t.end_ns).max();
+    assert_eq!(last(&urgent), last(&equal), "the same work, done as soon");
+    assert!(
+        urgent[0].end_ns > equal[0].end_ns,
+        "the batch gives the request its turn"
+    );
+    assert!(replay(&[], 0, Default::default()).is_err());
+}

@@ -54,7 +54,9 @@ const RETURN: u8 = 0;
 const FINISH: u8 = 1;
 
 mod ready;
+mod replay;
 use ready::{ReadySet, FITS_ANY};
+pub use replay::{replay, ReplayRun, RunTimes};
 
 /// What to simulate: the knobs of a real run that change its schedule.
 #[derive(Clone, Copy, Debug)]
