@@ -8,8 +8,14 @@
  *                                     input, `late` reads through it after the run released that
  *                                     buffer (its last reader, stash, had finished)
  *   pool_misuse write-past N          `overrun` writes one byte past its N-byte output
- *   ... executor                      either case on a 2-thread executor, whose threads park
- *                                     small released blocks in per-run caches (hidden too)
+ *   ... executor                      either case with a 2-thread executor (the graph is a chain,
+ *                                     so the run still takes the calling thread)
+ *   ... forced                        on the 2-thread executor's threads (GS_RUN_FORCE_EXECUTOR),
+ *                                     whose threads park small released blocks in per-run caches
+ *                                     (hidden too)
+ *   ... again                         run the graph twice, the bug in the second run only: its
+ *                                     blocks come from the graph's recycled arrays and reserve
+ *                                     and the pool's recent lists, as the first run left them
  *
  * Choose N below 1024 for the slab tier and above for the arena tier; for write-past, N not a
  * multiple of 64, so the byte lands in the block's own slack and not in a neighbour.
@@ -20,6 +26,8 @@
 #include "check.h"
 
 static const unsigned char *stashed;
+/* Whether `late` reads through the stale pointer: in the last run only. */
+static int armed = 1;
 
 static int32_t fill(gs_kernel_ctx *ctx, void *user) {
     (void)user;
@@ -40,7 +48,9 @@ static int32_t late(gs_kernel_ctx *ctx, void *user) {
     (void)user;
     const volatile unsigned char *p = stashed;
     unsigned long long sum = *(const unsigned char *)gs_ctx_input(ctx, 0)->data;
-    sum += p[0]; /* the bug, part 2: fill's buffer went back to the pool after stash */
+    if (armed) {
+        sum += p[0]; /* the bug, part 2: fill's buffer went back to the pool after stash */
+    }
     memcpy(gs_ctx_output(ctx, 0)->data, &sum, sizeof sum);
     return 0;
 }
@@ -63,8 +73,19 @@ static uint32_t add(gs_graph *g, const char *name, gs_kernel_fn kernel, const gs
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 3 || (argc == 4 && strcmp(argv[3], "executor") == 0),
-          "usage: %s use-after-release|write-past NBYTES [executor]", argv[0]);
+    CHECK(argc >= 3, "usage: %s use-after-release|write-past NBYTES [executor|forced] [again]", argv[0]);
+    int on_executor = 0, forced = 0, runs = 1;
+    for (int i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "executor") == 0) {
+            on_executor = 1;
+        } else if (strcmp(argv[i], "forced") == 0) {
+            on_executor = forced = 1;
+        } else if (strcmp(argv[i], "again") == 0) {
+            runs = 2;
+        } else {
+            CHECK(0, "unknown option '%s'", argv[i]);
+        }
+    }
     size_t n = (size_t)strtoull(argv[2], NULL, 10);
     CHECK(n > 0, "NBYTES must be positive");
     gs_graph *g;
@@ -82,15 +103,22 @@ int main(int argc, char **argv) {
     CHECK_OK(gs_graph_mark_output(g, (gs_value){last, 0}));
     CHECK_OK(gs_graph_finalize(g));
     gs_pool *pool;
-    gs_run_result *r;
+    gs_run_result *r = NULL;
     CHECK_OK(gs_pool_new(NULL, &pool));
     gs_executor *ex = NULL;
-    if (argc == 4) {
+    if (on_executor) {
         CHECK_OK(gs_executor_new(&(gs_executor_config){.threads = 2}, &ex));
     }
-    /* Without an executor: on this thread, in order, no block caches. */
-    CHECK_OK(gs_run(g, pool, &(gs_run_options){.executor = ex}, &r));
-    printf("pool_misuse %s %zu%s: no tool reported it\n", argv[1], n, ex ? " executor" : "");
+    /* Without an executor: on this thread, in order. A chain runs there even with an executor,
+     * unless GS_RUN_FORCE_EXECUTOR is set. */
+    gs_run_options options = {.executor = ex, .flags = forced ? GS_RUN_FORCE_EXECUTOR : 0};
+    for (int i = 0; i < runs; i++) {
+        gs_result_free(r);
+        armed = i == runs - 1;
+        CHECK_OK(gs_run(g, pool, &options, &r));
+    }
+    printf("pool_misuse %s %zu%s%s: no tool reported it\n", argv[1], n,
+           ex ? (forced ? " forced" : " executor") : "", runs > 1 ? " again" : "");
     gs_result_free(r);
     gs_executor_free(ex);
     gs_pool_free(pool);
