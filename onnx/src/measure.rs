@@ -212,7 +212,7 @@ pub fn median(xs: &mut [u64]) -> u64 {
 }
 
 /// Resident memory from `/proc/self/status`, and Linux's peak reset (`clear_refs` 5).
-mod rss {
+pub(crate) mod rss {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     static START: AtomicU64 = AtomicU64::new(0);
@@ -225,7 +225,8 @@ mod rss {
         RESET.load(Ordering::Relaxed)
     }
 
-    fn status_kib(field: &str) -> u64 {
+    /// A `/proc/self/status` field, in KiB (0 if absent).
+    pub(crate) fn status_kib(field: &str) -> u64 {
         let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         text.lines()
             .find(|l| l.starts_with(field))

@@ -346,22 +346,12 @@ fn serve_ort(
     Ok(row(name, clients, threads, seconds, latencies, rss, equal))
 }
 
-fn status_kib(field: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-        * 1024
-}
-
 fn rss_now() -> u64 {
-    status_kib("VmRSS:")
+    crate::measure::rss::status_kib("VmRSS:") * 1024
 }
 
 fn rss_peak() -> u64 {
-    status_kib("VmHWM:")
+    crate::measure::rss::status_kib("VmHWM:") * 1024
 }
 
 #[cfg(test)]
