@@ -22,6 +22,7 @@
 //! its reservation fits with nobody queued, and is refused otherwise.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -30,6 +31,10 @@ use crate::error::{err, ErrorKind, Result};
 /// The budget of an executor; 0 bytes: none (runs enter at once, nothing is reserved).
 #[derive(Default)]
 pub(super) struct Budget {
+    /// The budget's bytes, mirrored out of the books: a run on an executor without a budget
+    /// reads this and nothing else (no lock, no bound computed). Written under the books' lock;
+    /// a run racing a change may enter as if it came just before it.
+    bytes: AtomicU64,
     state: Mutex<Books>,
     /// Woken when a run leaves, the budget changes or the head of the queue enters.
     turn: Condvar,
@@ -83,7 +88,10 @@ impl Budget {
 
     /// Sets the budget (0: none). Runs inside keep their reservations; waiting runs look again.
     pub(super) fn set(&self, bytes: u64) {
-        self.books().bytes = bytes;
+        let mut b = self.books();
+        b.bytes = bytes;
+        self.bytes.store(bytes, Ordering::Relaxed);
+        drop(b);
         self.turn.notify_all();
     }
 
@@ -96,9 +104,13 @@ impl Budget {
         }
     }
 
-    /// Enters with a reservation of `need` bytes, for the run `who` describes; `None` when there
-    /// is no budget.
-    pub(super) fn enter(&self, need: u64, who: impl Fn() -> String) -> Result<Option<Entry<'_>>> {
+    /// Enters with a reservation of `need()` bytes, for the run `who` describes; `None` when
+    /// there is no budget (then `need` is not called).
+    pub(super) fn enter(&self, need: impl FnOnce() -> u64, who: impl Fn() -> String) -> Result<Option<Entry<'_>>> {
+        if self.bytes.load(Ordering::Relaxed) == 0 {
+            return Ok(None);
+        }
+        let need = need();
         let mut start = None;
         let mut b = self.books();
         if b.bytes == 0 {

@@ -309,7 +309,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         Some(e) => e
             .shared()
             .budget
-            .enter(reservation(graph, options), || graph.describe())?,
+            .enter(|| reservation(graph, options), || graph.describe())?,
         None => None,
     };
     let asked = *options;

@@ -324,15 +324,7 @@ pub unsafe extern "C" fn gs_ctx_parallel_for(
         // SAFETY: `c` comes from the kernel's arguments (C contract).
         let x = unsafe { ctx(c) }?;
         let f = f.ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'f' is NULL"))?;
-        if begin > end {
-            return Err(FfiError::new(
-                GS_ERR_INVALID_ARGUMENT,
-                format!(
-                    "node '{}': parallel loop from {begin} to {end}, which ends before it begins",
-                    x.node_name()
-                ),
-            ));
-        }
+        check_range(x.node_name(), begin, end)?;
         let body = &CRange { f, user };
         let run = move |r: std::ops::Range<usize>| {
             // SAFETY: the caller vouched for `f` and `user` (C contract); each call gets a chunk.
@@ -341,4 +333,16 @@ pub unsafe extern "C" fn gs_ctx_parallel_for(
         x.parallel_for(begin..end, grain, &run)
             .map_err(|e| FfiError::new(GS_ERR_KERNEL_FAILED, format!("node '{}': {e}", x.node_name())))
     })
+}
+
+/// A parallel loop's range, refused when it ends before it begins (`gs_ctx_parallel_for` and the
+/// nested loops of `parallel.rs` alike).
+pub(super) fn check_range(node: impl std::fmt::Display, begin: usize, end: usize) -> FfiResult<()> {
+    if begin > end {
+        return Err(FfiError::new(
+            GS_ERR_INVALID_ARGUMENT,
+            format!("node '{node}': parallel loop from {begin} to {end}, which ends before it begins"),
+        ));
+    }
+    Ok(())
 }

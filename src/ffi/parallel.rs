@@ -67,15 +67,7 @@ fn run_loop(
     user: *mut c_void,
 ) -> FfiResult<()> {
     let f = f.ok_or_else(|| FfiError::new(GS_ERR_NULL_ARGUMENT, "argument 'f' is NULL"))?;
-    if begin > end {
-        return Err(FfiError::new(
-            GS_ERR_INVALID_ARGUMENT,
-            format!(
-                "node '{}': parallel loop from {begin} to {end}, which ends before it begins",
-                p.node()
-            ),
-        ));
-    }
+    super::ctx::check_range(p.node(), begin, end)?;
     let body = &CNested { f, user, handle: p };
     let run = move |r: Range<usize>| {
         // SAFETY: the caller vouched for `f` and `user` (C contract); `handle` is alive until
