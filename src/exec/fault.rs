@@ -24,7 +24,7 @@ pub fn panic_after_node(name: Option<&str>) {
 
 /// Panics if a test armed a fault for this node.
 #[inline]
-pub(super) fn check(graph: &Graph, node: u32) {
+pub(in crate::exec) fn check(graph: &Graph, node: u32) {
     if ARMED.load(Ordering::Relaxed) {
         check_armed(graph, node);
     }

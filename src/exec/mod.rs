@@ -38,43 +38,24 @@
 //! let stats = result.stats(); // l's and r's values stay live while sum runs: 12 bytes
 //! assert_eq!((stats.nodes_run, stats.threads, stats.peak_live_bytes), (3, 2, 12));
 //! ```
-mod auto_plan;
-mod bind;
-mod budget;
-mod cache;
-mod conclude;
-mod context;
-mod executor;
+mod memory;
+mod node;
+mod padded;
+mod run;
+mod sequential;
+mod state;
+mod workers;
+
 #[doc(hidden)]
 pub mod fault;
-mod finish;
-mod gate;
-mod handover;
-mod hints;
-mod kernel_call;
-mod lean;
-mod outcome;
-mod overflow;
-mod padded;
-mod parallel;
-mod pending;
-mod queues;
-mod recycle;
-mod reserve;
-mod run;
-mod scratch;
-mod serial;
-mod state;
-mod stopwatch;
-mod window;
 
 pub use crate::kernel::KernelCtx;
 pub use crate::trace::NodeEvent;
-pub use budget::BudgetStats;
-pub(crate) use context::RunContext;
-pub use context::{NodeObservation, Observer};
-pub use executor::Executor;
-pub use outcome::RunStats;
-pub use parallel::Parallel;
-pub use pending::Completion;
+pub(crate) use node::context::RunContext;
+pub use node::context::{NodeObservation, Observer};
+pub use node::parallel::Parallel;
+pub use node::pending::Completion;
+pub use run::budget::BudgetStats;
+pub use run::outcome::RunStats;
 pub use run::{run, CancelToken, InputBinding, RunOptions, RunResult, INPUT_BINDING_TENSOR_OFFSET};
+pub use workers::Executor;

@@ -1,0 +1,126 @@
+//! A node's end: on failure, the run's error; on success, the values nobody reads any more go
+//! back and the nodes it made ready are listed (`Scratch::ready`). Ordering is the protocol of
+//! `state.rs`: the decrement of a value's `refs` that reaches 0 frees it, the one of a node's
+//! `pending` that reaches 0 makes it ready.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+
+use crate::error::{Error, Result};
+use crate::exec::memory::cache::BlockCache;
+use crate::exec::node::scratch::Scratch;
+use crate::exec::state::annex::Step;
+use crate::exec::state::RunState;
+
+impl RunState<'_> {
+    /// After the kernel call ended: on failure, records it; on success, releases and readiness.
+    /// `PENDING` only gives the end of a pending node its own copy: shared with
+    /// `execute_general`, the panic guard around `finish_node` was no longer inlined there (11
+    /// instructions a node, counted by benches/c/instructions.sh).
+    #[inline(always)]
+    pub(in crate::exec) fn end_node<const PENDING: bool>(
+        &self,
+        node: u32,
+        step: &Step,
+        result: Result<()>,
+        scratch: &mut Scratch,
+    ) {
+        if let Err(e) = result {
+            self.node_failed(node, e);
+            return;
+        }
+        let cache = self.cache(scratch.slot);
+        let finished = catch_unwind(AssertUnwindSafe(|| {
+            self.finish_node::<false>(node, step, cache, scratch)
+        }));
+        if let Err(panic) = finished {
+            self.failed_after(node, &*panic, scratch);
+        }
+    }
+
+    /// A node that never produced its outputs: the run fails with `e`.
+    #[cold]
+    pub(in crate::exec) fn node_failed(&self, node: u32, e: Error) {
+        // Static reservations of a node that never produced: nothing will release them.
+        self.sub_live(self.prio.output_bytes[node as usize]);
+        self.fail(e);
+    }
+
+    /// The run's own code panicked in a node's end.
+    #[cold]
+    pub(in crate::exec) fn failed_after(&self, node: u32, panic: &(dyn std::any::Any + Send), scratch: &mut Scratch) {
+        // The run stops here: what it made ready is dropped (the failure ends the run once the
+        // running tasks finish), and whatever its values hold goes back when it drops.
+        scratch.ready.clear();
+        scratch.admitted.clear();
+        self.fail(self.internal_error(node, "after", panic));
+    }
+
+    /// After a successful kernel: drop what nobody needs any more (small blocks into `cache`, the
+    /// thread's), then mark successors. `LEAN`: a node on the short path (`lean.rs`), which took
+    /// no input's buffer over, in a run with neither a memory limit nor a plan.
+    #[inline(always)]
+    pub(in crate::exec) fn finish_node<const LEAN: bool>(
+        &self,
+        node: u32,
+        step: &Step,
+        mut cache: Option<&mut BlockCache>,
+        scratch: &mut Scratch,
+    ) {
+        crate::exec::fault::check(self.graph, node);
+        let g = self.graph;
+        // Values this node freed, kept only under a memory limit: admission hears of them
+        // (`readmit`); without one nothing needs the list.
+        let gated = !LEAN && self.gate.is_some();
+        let freed = &mut scratch.freed;
+        if !LEAN {
+            freed.clear();
+        }
+        for v in step.values().filter(|_| step.unread) {
+            if self.refs[v as usize].load(Ordering::Relaxed) == 0
+                && self.drop_value::<LEAN>(v, cache.as_deref_mut())
+                && gated
+            {
+                freed.push(v);
+            }
+        }
+        for &v in &g.input_values()[step.inputs()] {
+            // A value with one read, this one, and no place in the result is done now: its count
+            // is nobody else's to decrement, so it is left alone (no atomic on the hot path).
+            let only_read = self.initial_refs[v as usize] == 1;
+            if only_read || self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                if !LEAN && scratch.taken == Some(v) {
+                    // Its buffer lives on as this node's output: only the value goes.
+                    // SAFETY: the last reference is gone; only this thread touches the slot.
+                    let moved = unsafe { crate::exec::memory::cache::empty_slot(&mut *self.slots[v as usize].get()) };
+                    self.sub_live(moved.capacity as u64);
+                    // The run's count went down: waiting nodes get their look, as after a release.
+                    if gated {
+                        freed.push(v);
+                    }
+                    continue;
+                }
+                if self.drop_value::<LEAN>(v, cache.as_deref_mut()) && gated {
+                    freed.push(v);
+                }
+            }
+        }
+        scratch.counts.nodes_run += 1;
+        if gated && !scratch.freed.is_empty() {
+            self.readmit(&mut scratch.admitted, &scratch.freed);
+        }
+        // A sequential run goes in an order fixed beforehand (`serial::in_order`): nobody waits for
+        // its nodes to become ready.
+        if self.sequential {
+            return;
+        }
+        let ready = &mut scratch.ready;
+        for &s in self.prio.successors_in(self.policy, node) {
+            // A successor whose only producer is this node is ready now, its count untouched.
+            let only_producer = self.prio.initial_pending[s as usize] == 1;
+            if only_producer || self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                ready.push(s);
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The state of one run, shared by every thread that executes its nodes.
+//!
+//! Protocol (why the unsafe cells are sound):
+//! - A value's slot is written once, by its producer, before the producer decrements its
+//!   consumers' `pending` counts (AcqRel). A consumer reads the slot only after its own count
+//!   reached 0, so it sees the write.
+//! - A slot is emptied by the thread whose decrement of the value's `refs` reached 0 (AcqRel), so
+//!   every reader has finished with it. Graph outputs hold one extra reference that only the
+//!   caller drops, after the run is over.
+//! - `active` counts the run's queued and running tasks, the tasks the window deferred, and its
+//!   pending nodes (each holds the place of the task that ran its kernel until the task that ends
+//!   it runs, `pending.rs`). Each task pushes the successors it made ready (incrementing
+//!   `active`) before it decrements `active` for itself, so `active` reaches 0 exactly once: when
+//!   nothing of the run is queued, running, deferred or pending any more. After that decrement,
+//!   or after handing its place to a pending node, the task touches nothing of the run, and the
+//!   caller may drop it.
+//!
+//! The run's parts live beside it: binding its inputs (`bind.rs`), memory admission
+//! (`gate.rs`), the window (`window.rs`), one node's kernel call (`kernel_call.rs`), the
+//! per-thread block caches (`cache.rs`), where its large values go in the pool (`hints.rs`).
+
+pub(in crate::exec) mod annex;
+pub(in crate::exec) mod arrays;
+mod control;
+mod counts;
+pub(in crate::exec) mod teardown;
+
+pub(in crate::exec) use control::{lock, panic_text};
+
+use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::exec::memory::admission::{Gate, GateInner};
+use crate::exec::memory::cache::{release, BlockCache};
+use crate::exec::memory::hints::{Hints, NO_HINT};
+use crate::exec::node::context::{Observer, RunContext};
+use crate::exec::padded::CachePadded;
+use crate::exec::run::CancelToken;
+use crate::exec::state::annex::Step;
+use crate::exec::state::arrays::RunArrays;
+use crate::exec::workers::window::Window;
+use crate::graph::Graph;
+use crate::kernel::Buffer;
+pub(in crate::exec) use crate::kernel::Slot;
+use crate::plan::Plan;
+use crate::pool::{Owner, Pool, NEVER};
+use crate::sched::{Admission, Policy, Priorities, RunPriority, BANDS};
+use crate::tensor::Tensor;
+use crate::trace::NodeEvent;
+
+/// What a traced run records (times count from `RunState::started`).
+pub(in crate::exec) struct Tracer {
+    pub(in crate::exec) events: Mutex<Vec<NodeEvent>>,
+}
+
+/// How a run is set up.
+pub(in crate::exec) struct StateOptions<'r> {
+    /// Most live bytes; 0: no limit.
+    pub memory_limit: u64,
+    /// Most nodes in flight at once, executing or pending; `None`: no window.
+    pub window: Option<u32>,
+    pub learn: bool,
+    pub policy: Policy,
+    /// How urgent the run is against other runs on its executor.
+    pub priority: RunPriority,
+    /// Run on an executor (per-thread block caches apply).
+    pub parallel: bool,
+    /// Record every node's execution (times every kernel).
+    pub trace: bool,
+    /// Place statically sized values at this plan's offsets.
+    pub plan: Option<&'r Plan>,
+    pub cancel: Option<&'r CancelToken>,
+    pub deadline: Option<Instant>,
+    /// The graph's hints and where the pool's free space for them starts (`hints.rs`).
+    pub hints: Option<(&'r Hints, usize)>,
+    /// What kernels reach of the run, and who hears nodes start and end.
+    pub context: RunContext<'r>,
+    pub observer: Option<&'r dyn Observer>,
+    /// When the run started, if it is traced or observed: their times count from it.
+    pub started: Option<Instant>,
+    /// The priorities the run follows; if they are the graph's own, with the count of learned
+    /// samples they are current for (the run keeps them with its arrays for the next one).
+    pub prio: (Arc<Priorities>, Option<u64>),
+    /// The graph's steps and initial reference counts (`recycle::templates`), which the arrays
+    /// were reset from.
+    pub templates: (&'r [Step], &'r [u32]),
+}
+
+pub(in crate::exec) struct RunState<'r> {
+    pub graph: &'r Graph,
+    pub pool: &'r Pool,
+    /// Handed back by `finish` (without touching its count), or dropped with the state: see
+    /// `StateOptions::prio`.
+    pub prio: ManuallyDrop<Arc<Priorities>>,
+    pub(in crate::exec) prio_samples: Option<u64>,
+    /// The arrays the run goes in, lent to it alone (`recycle::Lent`) while the state lives;
+    /// the fields below are theirs, borrowed once here for the hot paths.
+    pub(in crate::exec) arrays: &'r RunArrays,
+    /// Per value: its descriptor and buffer, written once by its producer (module docs).
+    pub(in crate::exec) slots: &'r [UnsafeCell<Slot>],
+    /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
+    /// in `slots`. Fixed for the arrays' life, so a kernel's inputs are a slice of it.
+    pub(in crate::exec) inputs: &'r [*const Tensor],
+    /// Per value: readers still to finish, plus one for a graph output. The decrement that
+    /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
+    /// after every read. A value with a single read and no place in the result is never
+    /// counted down: its one reader frees it (its count stays 1, which `take_over` reads as
+    /// "this node is the last reader", as it is).
+    pub(in crate::exec) refs: &'r [AtomicU32],
+    /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
+    /// node ready: it is ordered after every producer's slot writes. A node with a single
+    /// producer is never counted down: that producer makes it ready, and hands it over on its
+    /// own thread or through a queue, which orders the slot writes as the count would.
+    pub(in crate::exec) pending: &'r [AtomicU32],
+    /// Queued, running and deferred tasks and pending nodes of the run (module docs): reaches 0
+    /// exactly once, when the run is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
+    /// writes it: on its own cache line.
+    pub active: CachePadded<AtomicUsize>,
+    /// Set (Release) with the first error, read (Acquire) before starting a node; the error
+    /// itself is behind `error`'s lock.
+    pub(in crate::exec) failed: AtomicBool,
+    pub(in crate::exec) error: Mutex<Option<Error>>,
+    /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
+    /// publication: admission reads and raises it only under the gate's lock, and a releaser
+    /// lowers it before it takes that lock to readmit, so the lock orders every decision after
+    /// the releases it could depend on. Nothing else is published through it: Relaxed. On an
+    /// executor every node's threads write it: on its own cache line, so that the fields every
+    /// node reads do not go with it.
+    pub(in crate::exec) live: CachePadded<AtomicU64>,
+    /// The most `live` reached; with `acquires` and `nodes_run`, counters read once the run is
+    /// over (after `active` reached 0): Relaxed.
+    pub(in crate::exec) peak_live: AtomicU64,
+    pub(in crate::exec) acquires: AtomicU64,
+    pub(in crate::exec) nodes_run: AtomicU64,
+    /// Boxed: only memory-limited runs have one (and allocate for their admission anyway),
+    /// and every run writes its state whole.
+    pub(in crate::exec) gate: Option<Box<Gate<'r>>>,
+    pub window: Option<Window>,
+    /// Per thread of the run (0: its caller, i + 1: worker i): small blocks kept at hand, so that
+    /// small outputs rarely take the pool's lock. Slot i is touched only by its thread while the
+    /// run goes on, and by the caller once it is over. None under a memory limit or with red
+    /// zones (the pool's own count must then stay exact, and every block is checked). In a
+    /// sequential run the pool counts the cached blocks as parked, not live (`sequential`); in a
+    /// parallel run as live until the run ends.
+    pub(in crate::exec) caches: &'r [UnsafeCell<BlockCache>],
+    /// Per node: what executing it needs (`recycle::Step`).
+    pub(in crate::exec) steps: &'r [Step],
+    /// Per value: what its count in `refs` starts from.
+    pub(in crate::exec) initial_refs: &'r [u32],
+    /// Where this run asks the pool for its large values' blocks (`hints.rs`), if
+    /// anywhere: the hints and the address their offsets count from.
+    pub(in crate::exec) hints: Option<(&'r Hints, usize)>,
+    /// Plain nodes take the short path (`place_plain`): not with a plan, which places values
+    /// itself.
+    pub(in crate::exec) plain_run: bool,
+    /// Plain nodes take the shortest path, `lean.rs` (which says when a run is lean).
+    pub(in crate::exec) lean: bool,
+    /// With a static plan: the plan, and the arena its values live in (one pool block per run,
+    /// handed to the result with the graph outputs it may hold).
+    pub(in crate::exec) plan: Option<&'r Plan>,
+    /// Stops the run between nodes.
+    pub(in crate::exec) cancel: Option<&'r CancelToken>,
+    pub(in crate::exec) deadline: Option<Instant>,
+    pub(in crate::exec) arena: Buffer,
+    /// Measure kernels and feed the graph's learned estimates.
+    pub(in crate::exec) learn: bool,
+    pub(in crate::exec) trace: Option<Tracer>,
+    /// Kernel time of a traced run; a counter like `acquires`.
+    pub(in crate::exec) busy_ns: AtomicU64,
+    /// Which order: FIFO has one band and no continuations.
+    pub(in crate::exec) policy: Policy,
+    /// Added to every band: 0 for a high-priority run, [`BANDS`] for a normal one, so that the
+    /// executor's queues hold every urgent node ahead of every normal one.
+    pub(in crate::exec) band_offset: usize,
+    /// A sequential run: one thread writes its counts (`add_live`), and the blocks in its cache
+    /// are parked in the pool (not live there; the cache settles the count with the pool in
+    /// batches, see `BlockCache::unparked`). A parallel run's caches count as live in the pool
+    /// until the run ends: parking would make every node write a line all threads share.
+    pub(in crate::exec) sequential: bool,
+    /// What the run's kernels reach through their context (`context.rs`).
+    pub(in crate::exec) context: RunContext<'r>,
+    pub(in crate::exec) observer: Option<&'r dyn Observer>,
+    /// When the run started, if it is traced or observed (their times count from it).
+    pub(in crate::exec) started: Option<Instant>,
+    /// The run ended well and `finish` handed its priorities back: the drop has nothing to do.
+    pub(in crate::exec) finished: bool,
+}
+
+// SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
+// or behind a mutex. Raw pointers in slots point at pool blocks owned by the run, or at caller
+// memory the caller keeps valid for the whole run.
+unsafe impl Sync for RunState<'_> {}
+// SAFETY: as above; the run owns its pool blocks.
+unsafe impl Send for RunState<'_> {}
+
+impl<'r> RunState<'r> {
+    /// The state of a run of `graph` in `arrays` (`recycle::Lent`, then `fit_caches` to
+    /// [`cache_count`](crate::exec::memory::cache::cache_count), and `reset` from the run's templates and
+    /// priorities).
+    pub fn new(graph: &'r Graph, pool: &'r Pool, arrays: &'r RunArrays, options: StateOptions<'r>) -> Self {
+        let StateOptions {
+            memory_limit,
+            window,
+            learn,
+            policy,
+            priority,
+            parallel,
+            trace,
+            plan,
+            cancel,
+            deadline,
+            hints,
+            context,
+            observer,
+            started,
+            prio: (prio, prio_samples),
+            templates: (steps, initial_refs),
+        } = options;
+        let cached = arrays.caches.len();
+        RunState {
+            graph,
+            pool,
+            prio: ManuallyDrop::new(prio),
+            prio_samples,
+            arrays,
+            slots: &arrays.slots,
+            inputs: &arrays.inputs,
+            refs: &arrays.refs,
+            pending: &arrays.pending,
+            active: CachePadded(AtomicUsize::new(0)),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            live: CachePadded(AtomicU64::new(0)),
+            peak_live: AtomicU64::new(0),
+            acquires: AtomicU64::new(0),
+            nodes_run: AtomicU64::new(0),
+            gate: (memory_limit > 0).then(|| {
+                Box::new(Gate {
+                    limit: memory_limit,
+                    inner: Mutex::new(GateInner {
+                        waiting: Vec::new(),
+                        admission: Admission::new(graph, memory_limit, parallel),
+                    }),
+                })
+            }),
+            window: window.map(|cap| Window {
+                cap: cap.max(1),
+                running: AtomicU32::new(0),
+                deferred: Mutex::new(Vec::new()),
+            }),
+            caches: &arrays.caches,
+            steps,
+            initial_refs,
+            plain_run: plan.is_none(),
+            lean: cached > 0 && plan.is_none() && !trace && observer.is_none(),
+            hints,
+            plan,
+            cancel,
+            deadline,
+            arena: Buffer::NONE,
+            learn,
+            trace: trace.then(|| Tracer {
+                events: Mutex::new(Vec::new()),
+            }),
+            busy_ns: AtomicU64::new(0),
+            policy,
+            band_offset: match priority {
+                RunPriority::High => 0,
+                RunPriority::Normal => BANDS,
+            },
+            sequential: !parallel,
+            context,
+            observer,
+            started,
+            finished: false,
+        }
+    }
+
+    /// The slot of value `v`, for the calling thread: `&mut self` is had only before any node
+    /// runs or once the run is over (its tasks borrow the state), and the arrays are lent to
+    /// this state alone.
+    pub(in crate::exec) fn slot_mut(&mut self, v: u32) -> &mut Slot {
+        // SAFETY: as above, no other reference into the slot exists meanwhile.
+        unsafe { &mut *self.slots[v as usize].get() }
+    }
+
+    /// Takes the arena of a planned run from the pool. Before any node runs.
+    pub fn take_arena_from_pool(&mut self) -> Result<()> {
+        // The plan belongs to this run's graph: `run` checked it.
+        let Some(plan) = self.plan else { return Ok(()) };
+        if plan.arena_bytes() > 0 {
+            let bytes = plan.arena_bytes() as usize;
+            let block = self.pool.acquire_until(bytes, false, NEVER, Owner::Run)?;
+            self.acquires.fetch_add(1, Ordering::Relaxed);
+            self.arena = Buffer::new(block.as_ptr().cast(), bytes);
+        }
+        Ok(())
+    }
+
+    /// Hands the arena to the caller (the result keeps it while it holds graph outputs).
+    pub fn take_arena(&mut self) -> Buffer {
+        std::mem::replace(&mut self.arena, Buffer::NONE)
+    }
+
+    pub(in crate::exec) fn in_arena(&self, b: Buffer) -> bool {
+        self.arena.holds(b)
+    }
+
+    /// Where the pool should put value `v`'s block, if the run has a hint for it.
+    pub(in crate::exec) fn hint(&self, v: u32) -> Option<usize> {
+        let (hints, base) = self.hints?;
+        match hints.offsets[v as usize] {
+            NO_HINT => None,
+            offset => Some(base + offset as usize),
+        }
+    }
+
+    /// Returns a buffer to the pool, unless it lives in the plan's arena.
+    pub(in crate::exec) fn give_back(&self, b: Buffer) {
+        if !self.in_arena(b) {
+            release(self.pool, b);
+        }
+    }
+
+    /// The queue band of a node: its priority band under the policy, or 0 for FIFO.
+    pub fn band(&self, node: u32) -> usize {
+        self.prio.band(self.policy, node) + self.band_offset
+    }
+
+    /// Whether the run is high-priority (`RunPriority::High`).
+    pub fn urgent(&self) -> bool {
+        self.band_offset == 0
+    }
+
+    /// Which of the nodes `node` just made ready its thread runs next (see
+    /// [`Priorities::continuation`]).
+    pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
+        // While a high-priority run goes on the threads, a normal run's successors take their
+        // turn in the queues, behind its nodes.
+        if !self.urgent()
+            && self
+                .context
+                .executor
+                .is_some_and(|e| e.shared().urgent_runs.load(Ordering::Relaxed) > 0)
+        {
+            return None;
+        }
+        self.prio.continuation(self.policy, node, ready)
+    }
+}

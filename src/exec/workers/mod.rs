@@ -1,0 +1,297 @@
+//! The executor: persistent worker threads that run the nodes of any number of concurrent runs.
+//!
+//! Work stealing on crossbeam-deque, with priorities that survive stealing (`queues.rs`): every
+//! thread that works has one FIFO deque per priority band, and the executor one shared queue per
+//! band. A thread looking for work scans the bands from the most critical down, and in each band
+//! tries its own deque, then the shared queue, then the other threads' deques. So an owner and a
+//! thief alike take the most critical work they can see, and within a band the oldest. A node
+//! that makes successors ready keeps the most critical one for itself when it is at least as
+//! critical as the node that just ran (the critical path flows through one thread without
+//! queueing) and queues the others, most critical first.
+//!
+//! The thread that calls `run` works too: it borrows a deque set for the run, runs the first
+//! ready node itself, then any work it finds, until its run is over, so a small graph pays no
+//! hand-off. Idle threads spin briefly, then sleep on an event count; an idle executor uses no
+//! CPU.
+
+pub(in crate::exec) mod overflow;
+pub(in crate::exec) mod queues;
+mod sleep;
+mod task;
+pub(in crate::exec) mod window;
+
+use sleep::Sleep;
+use task::Task;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::Worker;
+
+use crate::error::{err, ErrorKind, Result};
+use crate::exec::node::parallel::Job;
+use crate::exec::node::pending::PendingNode;
+use crate::exec::node::scratch::Scratch;
+use crate::exec::padded::CachePadded;
+use crate::exec::state::RunState;
+use crate::exec::workers::queues::{Local, Queues};
+
+/// How long an idle thread keeps looking for work before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// A pool of worker threads; one executor serves many runs, concurrently.
+pub struct Executor {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+pub(in crate::exec) struct Shared {
+    threads: usize,
+    /// The memory budget the executor's runs share (`budget.rs`).
+    pub(in crate::exec) budget: crate::exec::run::budget::Budget,
+    /// High-priority runs going on the threads now: while there is one, a normal run's task
+    /// keeps no successor for its own thread (it queues it, behind the urgent bands). Written
+    /// twice a high-priority run, read once per continuation of a normal run: on its own line.
+    pub(in crate::exec) urgent_runs: CachePadded<AtomicUsize>,
+    queues: Queues,
+    sleep: Sleep,
+    /// Set once when the executor drops (SeqCst store, then every sleeper is woken under the
+    /// sleep lock); workers read it (Acquire) when they find no work, and exit.
+    shutdown: AtomicBool,
+}
+
+impl Executor {
+    /// An executor with `threads` threads in all, the calling thread of each run included
+    /// (`threads - 1` workers are started); 0 means one per core.
+    pub fn new(threads: usize) -> Result<Executor> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        if threads > 4096 {
+            return err(
+                ErrorKind::InvalidArgument,
+                format!("{threads} threads asked for; at most 4096 are allowed"),
+            );
+        }
+        let (queues, locals) = Queues::new(threads - 1);
+        let shared = Arc::new(Shared {
+            threads,
+            queues,
+            sleep: Sleep::new(),
+            shutdown: AtomicBool::new(false),
+            budget: Default::default(),
+            urgent_runs: CachePadded(AtomicUsize::new(0)),
+        });
+        let mut workers = Vec::new();
+        for (index, local) in locals.into_iter().enumerate() {
+            let mine = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("graphsched-{index}"))
+                .spawn(move || mine.worker_main(index, local));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    let executor = Executor { shared, workers };
+                    drop(executor); // stops the workers already started
+                    return err(
+                        ErrorKind::OutOfMemory,
+                        format!("could not start worker thread {index}: {e}"),
+                    );
+                }
+            }
+        }
+        Ok(Executor { shared, workers })
+    }
+
+    /// Threads in all, the caller's included.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// Sets the memory budget the runs given this executor share, in bytes (0: none, the
+    /// default): the live bytes of all of them together stay within it (see
+    /// [`RunOptions::priority`](crate::exec::RunOptions::priority) for the order on the threads, and
+    /// the exec module's `budget.rs` for the rule: each run reserves its own bound on entry, first
+    /// come first served). Runs inside keep their reservations; later ones see the new budget.
+    pub fn set_memory_budget(&self, bytes: u64) {
+        self.shared.budget.set(bytes);
+    }
+
+    /// The budget, what the runs inside reserve now, and the most they reserved at once.
+    pub fn memory_budget(&self) -> crate::exec::BudgetStats {
+        self.shared.budget.stats()
+    }
+
+    pub(in crate::exec) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Queues `helpers` tasks that each help `job` (`parallel.rs`), ahead of every node.
+    pub(in crate::exec) fn push_job(&self, job: &Arc<Job>, helpers: usize) {
+        let task = |_| (0, Task::Help(job.clone()));
+        self.shared.queues.push((0..helpers).map(task), None);
+        self.shared.sleep.notify(helpers);
+    }
+
+    /// Runs `state` to its end: queues its ready roots, works until nothing of it is queued or
+    /// running. The caller's thread executes the first root itself.
+    pub(in crate::exec) fn drive(&self, state: &RunState<'_>, roots: &[u32]) {
+        // SAFETY: only the lifetime is erased; `state` outlives every task (see `Task`), since
+        // this function returns only once `active` is 0.
+        let run: *const RunState<'static> = (state as *const RunState<'_>).cast();
+        let Some((&first, rest)) = roots.split_first() else {
+            return;
+        };
+        let urgent = state.urgent();
+        if urgent {
+            self.shared.urgent_runs.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut scratch = Scratch::for_caller();
+        // A deque set of its own if one is free: the run's tasks then need no shared queue.
+        let borrowed = self.shared.queues.borrow();
+        let local = borrowed.as_ref().map(|b| b.local());
+        state.active.store(roots.len(), Ordering::Release);
+        self.shared.push(run, rest, local);
+        let first = Task::Node {
+            run,
+            node: first,
+            reserved: false,
+        };
+        self.shared.run_task(first, local, &mut scratch, Some(run));
+        let mut idle_since = None;
+        while state.active.load(Ordering::Acquire) != 0 {
+            if let Some(task) = self.shared.find_work(local) {
+                self.shared.run_task(task, local, &mut scratch, Some(run));
+                idle_since = None;
+                continue;
+            }
+            self.shared.wait_for_work(&mut idle_since, || {
+                state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work()
+            });
+        }
+        if let Some(borrowed) = borrowed {
+            let moved = borrowed.give_back();
+            if moved > 0 {
+                self.shared.sleep.notify(moved);
+            }
+        }
+        scratch.keep_for_caller();
+        if urgent {
+            self.shared.urgent_runs.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.sleep.wake_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Shared {
+    /// Queues the task that ends `pending`, whose completion came (`pending.rs`), in `band`. It
+    /// takes over the node's place in its run's `active` count: nothing is added.
+    pub(in crate::exec) fn push_end(&self, pending: Arc<PendingNode>, band: usize) {
+        self.queues.push([(band, Task::End(pending))], None);
+        self.sleep.notify(1);
+    }
+
+    fn worker_main(&self, index: usize, deques: Vec<Worker<Task>>) {
+        crate::exec::run::budget::mark_worker();
+        crate::exec::node::scratch::TRACK.with(|t| t.set(index as u32 + 1));
+        let mut scratch = Scratch::default();
+        let mut idle_since = None;
+        let local = self.queues.worker_local(index, &deques);
+        loop {
+            if let Some(task) = self.find_work(Some(local)) {
+                scratch.slot = Some(index + 1);
+                scratch.thread = index as u32 + 1;
+                self.run_task(task, Some(local), &mut scratch, None);
+                idle_since = None;
+                continue;
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            self.wait_for_work(&mut idle_since, || {
+                !self.shutdown.load(Ordering::Acquire) && !self.has_work()
+            });
+        }
+    }
+
+    /// One step of an idle thread: spin for [`SPIN`] after it found no work, then sleep until
+    /// `idle()` turns false (work was queued, the run ended, the executor stops). The callers
+    /// look for work between steps.
+    fn wait_for_work(&self, idle_since: &mut Option<Instant>, idle: impl Fn() -> bool) {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < SPIN {
+            std::hint::spin_loop();
+            return;
+        }
+        self.sleep.sleep(idle);
+        *idle_since = None;
+    }
+
+    /// The most critical task this thread can see (see `Queues::find`).
+    fn find_work(&self, me: Option<Local<'_>>) -> Option<Task> {
+        self.queues.find(me, random_below)
+    }
+
+    fn has_work(&self) -> bool {
+        self.queues.has_work()
+    }
+
+    /// Queues nodes of a run (already counted in its `active`), most critical first.
+    fn push(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<Local<'_>>) {
+        self.push_tasks(run, nodes, false, local);
+    }
+
+    /// Queues a task the window deferred (counted in `active` already), keeping its reservation.
+    fn restart(&self, run: *const RunState<'static>, (node, reserved): (u32, bool), local: Option<Local<'_>>) {
+        self.push_tasks(run, &[node], reserved, local);
+    }
+
+    /// Queues nodes admitted under the memory limit already.
+    fn push_reserved(&self, run: *const RunState<'static>, nodes: &[u32], local: Option<Local<'_>>) {
+        self.push_tasks(run, nodes, true, local);
+    }
+
+    fn push_tasks(&self, run: *const RunState<'static>, nodes: &[u32], reserved: bool, local: Option<Local<'_>>) {
+        if nodes.is_empty() {
+            return;
+        }
+        // SAFETY: the run is alive while it has active tasks, and these nodes are counted.
+        let state = unsafe { &*run };
+        let tasks = nodes
+            .iter()
+            .map(|&node| (state.band(node), Task::Node { run, node, reserved }));
+        self.queues.push(tasks, local);
+        self.sleep.notify(nodes.len());
+    }
+}
+
+/// A number below `n` from a per-thread xorshift generator: cheap, and different per thread.
+fn random_below(n: usize) -> usize {
+    thread_local! {
+        static STATE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        if x == 0 {
+            // Seeded from the address of the thread's own state: distinct per live thread.
+            x = (s as *const _ as usize as u32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        s.set(x);
+        ((x as u64 * n as u64) >> 32) as usize
+    })
+}

@@ -1,0 +1,281 @@
+//! Where queued tasks wait: one FIFO deque per priority band for every thread that works, one
+//! shared queue per band (`overflow.rs`) for threads that have no deques and for what a deque has
+//! no room for, and a mask per deque set (and one for the shared queues) of the bands that may
+//! hold tasks, so that a scan looks only where work may be.
+//!
+//! **Deque sets.** Each worker owns one set for its life. A thread that calls `run` borrows one of
+//! [`CALLER_SETS`] sets for the run (one `try_lock`), pushes its ready nodes there and pops them
+//! back with no shared queue in between; a caller that finds every set taken uses the shared
+//! queues. Every thread steals from every set, the borrowed ones included. A caller gives its set
+//! back with nothing in it: tasks of other runs it took on move to the shared queues.
+//!
+//! **Band masks are hints, never the truth.** `has_work`, which decides whether a thread may
+//! sleep, looks at the queues themselves, so a stale mask costs a look, never a lost task.
+//! - A set's mask is written by its owner alone: a bit goes up when the owner queues into the
+//!   band, down when the owner finds the band empty. Thieves read it; a thief that takes the last
+//!   task of a band leaves the bit up (one wasted look later).
+//! - The shared queues' mask is written under each queue's lock, by the push that fills it and the
+//!   take that empties it (`overflow.rs`): a queued task never stays behind a lowered bit.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use crossbeam_deque::{Steal, Stealer, Worker};
+
+use crate::exec::padded::CachePadded;
+use crate::exec::workers::overflow::Overflow;
+use crate::exec::workers::Task;
+use crate::sched::BANDS;
+
+/// Queue bands: the policy's [`BANDS`] for high-priority runs, then as many for normal ones
+/// (`RunState::band`), so that every urgent node is ahead of every normal one.
+pub(in crate::exec) const QUEUE_BANDS: usize = 2 * BANDS;
+
+static_assertions::const_assert!(QUEUE_BANDS <= 32);
+
+/// Deque sets that calling threads may borrow for a run; more concurrent callers use the shared
+/// queues.
+pub(in crate::exec) const CALLER_SETS: usize = 4;
+
+/// Tasks a deque takes before the shared queue takes the rest. crossbeam's deques start with room
+/// for 64 and reallocate their buffer when they outgrow it (and when they shrink back); below it
+/// they never allocate.
+const LOCAL_ROOM: usize = 63;
+
+pub(in crate::exec) struct Queues {
+    /// Per band: the tasks no deque holds.
+    overflow: Vec<Overflow>,
+    /// Bands whose shared queue holds tasks (written under that queue's lock, `overflow.rs`).
+    overflowing: CachePadded<AtomicU32>,
+    /// The workers' sets, then the callers'.
+    sets: Vec<SetShared>,
+    /// The deques of the callers' sets, `sets[workers + i]`, owned by the thread holding the lock.
+    caller_sets: Vec<Mutex<Vec<Worker<Task>>>>,
+}
+
+/// What every thread sees of a deque set.
+struct SetShared {
+    stealers: Vec<Stealer<Task>>,
+    /// Bands the owner may have tasks queued in (see the module docs).
+    mask: CachePadded<AtomicU32>,
+}
+
+/// A thread's own deque set: its index in `Queues::sets` and its deques, one per band.
+#[derive(Clone, Copy)]
+pub(in crate::exec) struct Local<'a> {
+    index: usize,
+    deques: &'a [Worker<Task>],
+}
+
+/// A calling thread's borrowed set. [`give_back`](Borrowed::give_back) empties it; dropped
+/// without that (a panic unwinding through the caller), it still empties itself.
+pub(in crate::exec) struct Borrowed<'q> {
+    queues: &'q Queues,
+    index: usize,
+    deques: MutexGuard<'q, Vec<Worker<Task>>>,
+}
+
+impl Borrowed<'_> {
+    /// The set, as the thread's own.
+    pub fn local(&self) -> Local<'_> {
+        Local {
+            index: self.index,
+            deques: &self.deques,
+        }
+    }
+
+    /// Gives the set back empty: tasks of other runs this caller queued while it helped them go
+    /// to the shared queues, where anyone finds them. Returns about how many moved (thieves may
+    /// take some meanwhile), for the caller to wake sleepers.
+    pub fn give_back(mut self) -> usize {
+        self.empty()
+    }
+
+    fn empty(&mut self) -> usize {
+        let mut moved = 0;
+        // The owner's mask has a bit up for every band it may have queued in (module docs).
+        let mut bands = self.queues.sets[self.index].mask.load(Ordering::Relaxed);
+        while bands != 0 {
+            let band = bands.trailing_zeros() as usize;
+            bands &= bands - 1;
+            let deque = &self.deques[band];
+            moved += deque.len();
+            self.queues.share(band, std::iter::from_fn(|| deque.pop()));
+        }
+        self.queues.sets[self.index].mask.store(0, Ordering::Relaxed);
+        moved
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    /// Nothing stays behind in a set nobody owns (after `give_back`, there is nothing to move).
+    fn drop(&mut self) {
+        self.empty();
+    }
+}
+
+fn band_deques() -> Vec<Worker<Task>> {
+    (0..QUEUE_BANDS).map(|_| Worker::new_fifo()).collect()
+}
+
+impl Queues {
+    /// Queues for `workers` workers, whose deque sets are returned in order.
+    pub fn new(workers: usize) -> (Queues, Vec<Vec<Worker<Task>>>) {
+        let worker_sets: Vec<Vec<Worker<Task>>> = (0..workers).map(|_| band_deques()).collect();
+        let caller_sets: Vec<Vec<Worker<Task>>> = (0..CALLER_SETS).map(|_| band_deques()).collect();
+        let sets = worker_sets
+            .iter()
+            .chain(&caller_sets)
+            .map(|deques| SetShared {
+                stealers: deques.iter().map(Worker::stealer).collect(),
+                mask: CachePadded(AtomicU32::new(0)),
+            })
+            .collect();
+        let queues = Queues {
+            overflow: (0..QUEUE_BANDS).map(|_| Overflow::new()).collect(),
+            overflowing: CachePadded(AtomicU32::new(0)),
+            sets,
+            caller_sets: caller_sets.into_iter().map(Mutex::new).collect(),
+        };
+        (queues, worker_sets)
+    }
+
+    /// Worker `index`'s own set, from the deques `new` returned for it.
+    pub fn worker_local<'a>(&self, index: usize, deques: &'a [Worker<Task>]) -> Local<'a> {
+        Local { index, deques }
+    }
+
+    /// A free callers' set for the calling thread, if one is free.
+    pub fn borrow(&self) -> Option<Borrowed<'_>> {
+        let workers = self.sets.len() - CALLER_SETS;
+        self.caller_sets.iter().enumerate().find_map(|(i, set)| {
+            // A set whose borrower panicked was emptied on the way out (`Drop`): usable.
+            let deques = match set.try_lock() {
+                Ok(deques) => deques,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return None,
+            };
+            Some(Borrowed {
+                queues: self,
+                index: workers + i,
+                deques,
+            })
+        })
+    }
+
+    /// Queues tasks, each in its band (given with it): in the thread's own set while it has one
+    /// with room, the rest in the band's shared queue, a run of them of one band under one lock.
+    pub fn push(&self, tasks: impl IntoIterator<Item = (usize, Task)>, local: Option<Local<'_>>) {
+        let mut tasks = tasks.into_iter().peekable();
+        while let Some((band, task)) = tasks.next() {
+            match local {
+                Some(me) if me.deques[band].len() < LOCAL_ROOM => {
+                    me.deques[band].push(task);
+                    let mask = &self.sets[me.index].mask;
+                    let m = mask.load(Ordering::Relaxed);
+                    if m & (1 << band) == 0 {
+                        // Only the owner writes its mask: a load and a store suffice.
+                        mask.store(m | 1 << band, Ordering::Release);
+                    }
+                }
+                // The deque stays full while its owner pushes: the next tasks of the band go
+                // along (a thief may have made room meanwhile, which costs nothing but order).
+                _ => {
+                    let same_band = std::iter::from_fn(|| tasks.next_if(|&(b, _)| b == band).map(|(_, t)| t));
+                    self.share(band, std::iter::once(task).chain(same_band));
+                }
+            }
+        }
+    }
+
+    /// Queues tasks of `band` in its shared queue, under one lock.
+    fn share(&self, band: usize, tasks: impl Iterator<Item = Task>) {
+        self.overflow[band].push(tasks, &self.overflowing, 1 << band);
+    }
+
+    /// The most critical task this thread can see: band by band from the most critical, its own
+    /// deque, then the band's shared queue, then the other sets from a random one on (as TBB and Taskflow
+    /// pick victims: thieves that all started at the same one would contend on it).
+    pub fn find(&self, me: Option<Local<'_>>, random_below: impl Fn(usize) -> usize) -> Option<Task> {
+        let mine = me.map(|m| m.index);
+        let own_mask = me.map_or(0, |m| self.sets[m.index].mask.load(Ordering::Relaxed));
+        if let Some(me) = me.filter(|_| own_mask & 1 != 0) {
+            // Band 0, the most critical, in its own deque: nothing anywhere comes before it, so
+            // no look at the masks other threads write. (Empty: the scan below lowers the bit.)
+            if let Some(task) = me.deques[0].pop() {
+                return Some(task);
+            }
+        }
+        let shared = self.overflowing.load(Ordering::Relaxed);
+        let others = self
+            .sets
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != mine)
+            .fold(0, |acc, (_, s)| acc | s.mask.load(Ordering::Relaxed));
+        let mut bands = own_mask | shared | others;
+        let sets = self.sets.len();
+        let first = if bands & others != 0 && sets > 1 {
+            random_below(sets)
+        } else {
+            0
+        };
+        while bands != 0 {
+            let band = bands.trailing_zeros() as usize;
+            let bit = 1u32 << band;
+            bands &= !bit;
+            if let Some(me) = me.filter(|_| own_mask & bit != 0) {
+                match me.deques[band].pop() {
+                    Some(task) => return Some(task),
+                    None => {
+                        let mask = &self.sets[me.index].mask;
+                        mask.store(mask.load(Ordering::Relaxed) & !bit, Ordering::Relaxed);
+                    }
+                }
+            }
+            if shared & bit != 0 {
+                if let Some(task) = self.take_shared(band, me) {
+                    return Some(task);
+                }
+            }
+            if others & bit == 0 {
+                continue;
+            }
+            for victim in (first..sets).chain(0..first) {
+                if Some(victim) == mine || self.sets[victim].mask.load(Ordering::Relaxed) & bit == 0 {
+                    continue;
+                }
+                let stealer = &self.sets[victim].stealers[band];
+                // Emptiness first: a steal attempt pins crossbeam's epoch (a fence and a
+                // thread-local access) even on an empty deque.
+                while !stealer.is_empty() {
+                    match stealer.steal() {
+                        Steal::Success(task) => return Some(task),
+                        Steal::Retry => continue,
+                        Steal::Empty => break,
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// A task of `band`'s shared queue, with a batch more moved to the thread's own deque if it
+    /// has one.
+    fn take_shared(&self, band: usize, me: Option<Local<'_>>) -> Option<Task> {
+        let bit = 1u32 << band;
+        let deque = me.map(|m| &m.deques[band]);
+        let room = deque.map_or(0, |d| LOCAL_ROOM.saturating_sub(d.len()));
+        let (task, moved) = self.overflow[band].take(deque, room, &self.overflowing, bit)?;
+        if let Some(me) = me.filter(|_| moved > 0) {
+            let mask = &self.sets[me.index].mask;
+            mask.store(mask.load(Ordering::Relaxed) | bit, Ordering::Release);
+        }
+        Some(task)
+    }
+
+    /// Whether any task is queued anywhere (the queues themselves, not the masks).
+    pub fn has_work(&self) -> bool {
+        self.overflow.iter().any(|o| !o.is_empty()) || self.sets.iter().flat_map(|s| &s.stealers).any(|s| !s.is_empty())
+    }
+}
