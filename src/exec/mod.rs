@@ -11,7 +11,7 @@
 //! or with one error (the first) and every buffer back in the pool; either way the graph may run
 //! again. Graph, pool and executor are shared: any number of runs may overlap on one executor.
 //!
-//! API: [`run`] with [`RunOptions`] (inputs as [`InputBinding`]s, an [`Executor`], a policy,
+//! API: [`run()`] with [`RunOptions`] (inputs as [`InputBinding`]s, an [`Executor`], a policy,
 //! limits, a [`CancelToken`]) returns a [`RunResult`] that owns the outputs, with [`RunStats`].
 //!
 //! ```

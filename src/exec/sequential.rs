@@ -1,13 +1,13 @@
 //! The sequential driver: a run on its caller alone (no executor, or threads the graph would not
-//! pay for, `spread.rs`) executes its operator nodes in a topological order fixed beforehand,
+//! pay for, `sched::spread`) executes its operator nodes in a topological order fixed beforehand,
 //! each one ending before the next starts.
 //!
-//! Most nodes of most such runs go in lean stretches: in a lean run (`lean.rs`), the nodes that
+//! Most nodes of most such runs go in lean stretches: in a lean run ([`lean`](crate::exec::node::lean)), the nodes that
 //! take the short path, one after the other in one loop under one panic guard. What the general
 //! path asks of every node the stretch asks once: the run is lean and sequential (its thread's
 //! block cache at hand, no memory limit to admit against) and has no deadline to read the clock
 //! for. A call the estimates time stays in the stretch: timed with the run's stopwatch
-//! (`stopwatch.rs`) and learned from. A node off the short path ends the stretch and takes the
+//! ([`stopwatch`](crate::exec::run::stopwatch)) and learned from. A node off the short path ends the stretch and takes the
 //! general path (`RunState::execute`); a node that did not simply succeed (it failed or
 //! deferred its end) is ended as the general path ends it, and ends the stretch. Either way the
 //! next node starts a new one.

@@ -12,7 +12,7 @@ use super::{gs_status, Tensor};
 use crate::kernel::{KernelCtx, TaggedCtx};
 
 /// The context of one running kernel; valid only during that kernel call.
-// Opaque: a pointer to it is a pointer to the run's `TaggedCtx` (`kernel.rs`).
+// Opaque: a pointer to it is a pointer to the run's `TaggedCtx` (`kernel`).
 pub struct gs_kernel_ctx {
     _opaque: [u8; 0],
 }
@@ -336,7 +336,7 @@ pub unsafe extern "C" fn gs_ctx_parallel_for(
 }
 
 /// A parallel loop's range, refused when it ends before it begins (`gs_ctx_parallel_for` and the
-/// nested loops of `parallel.rs` alike).
+/// nested loops of `exec::node::parallel` alike).
 pub(super) fn check_range(node: impl std::fmt::Display, begin: usize, end: usize) -> FfiResult<()> {
     if begin > end {
         return Err(FfiError::new(

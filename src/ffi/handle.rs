@@ -1,4 +1,4 @@
-//! Opaque handles (their registry is `registry.rs`) and the checks on pointers that cross the
+//! Opaque handles (their registry is [`registry`]) and the checks on pointers that cross the
 //! boundary.
 
 use std::ffi::{c_char, CStr};

@@ -18,7 +18,7 @@
 //! memory limit, no slower than the one before it, and the search starts from the graph itself
 //! (one node a cluster). So the result is never slower in simulation than the graph
 //! unpartitioned, and it fits the limit whenever the graph does. How the search goes:
-//! `search.rs`; how a partition becomes a graph: `quotient.rs`.
+//! `partition::search`; how a partition becomes a graph: `partition::quotient`.
 //!
 //! This layer reads `graph`, `sched` (the estimates) and `sim`; nothing below knows about it.
 //!

@@ -5,7 +5,7 @@
 //! Management for Deep Neural Net Inference", 2020): values are placed largest first, each in the
 //! tightest gap left between the already placed values it *conflicts* with, or above them all.
 //! Three more greedy orders compete with it, and where none reaches the lower bound (the most
-//! bytes live at one step) a bounded search over placement orders goes on (`place.rs`): a plan is
+//! bytes live at one step) a bounded search over placement orders goes on (`plan::place`): a plan is
 //! never larger than greedy by size, and the same graph always gets the same plan.
 //! Two modes decide what conflicts:
 //! - [`Mode::Sequential`]: lifetimes are intervals of one fixed order (the run follows it on one
@@ -57,7 +57,7 @@ use crate::graph::Graph;
 /// Alignment of every planned value's offset (and so of its address: arenas are 64-aligned).
 pub const PLAN_ALIGNMENT: usize = 16;
 
-/// Most conflict-list entries a plan may need (see `place.rs`): 16 million, 128 MB of lists,
+/// Most conflict-list entries a plan may need (see `plan::place`): 16 million, 128 MB of lists,
 /// seconds of placement. Reached by graphs that keep thousands of values live at once.
 pub const MAX_CONFLICT_ENTRIES: u64 = 16_000_000;
 
@@ -87,7 +87,7 @@ pub enum Mode {
     /// Costs a bitset per node, so at most [`MAX_PARALLEL_SAFE_NODES`] nodes.
     ParallelSafe,
     /// Lifetimes from the simulated schedule on `threads` threads, made safe for any executor
-    /// and any durations by ordering constraints that runs on the plan follow (`scheduled.rs`).
+    /// and any durations by ordering constraints that runs on the plan follow (`plan::scheduled`).
     /// At most [`MAX_PARALLEL_SAFE_NODES`] nodes, as parallel-safe plans.
     Scheduled {
         /// Threads of the schedule planned for; at least 1.

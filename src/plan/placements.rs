@@ -10,7 +10,7 @@ use crate::sched::Priorities;
 
 /// Offsets for blocks of `bytes` live over `spans` (inclusive steps of one order), no two that
 /// are live at once sharing a byte, and the bytes they need: the placement of sequential plans
-/// (greedy orders, then up to `search_work` of search; see `place.rs`), for callers that place
+/// (greedy orders, then up to `search_work` of search; see [`place`]), for callers that place
 /// blocks of their own.
 pub(crate) fn place_intervals(bytes: Vec<u64>, spans: &[(u32, u32)], search_work: usize) -> (Vec<u64>, u64) {
     let bound = place::lower_bound(&bytes, spans);

@@ -12,7 +12,7 @@
 //! sharing the graph does not already make safe: when value `a` and a later value `b` overlap in
 //! the arena, each reader of `a` (its producer, if nobody reads it) must finish before `b`'s
 //! producer starts. The executor honours the constraints as edges (the plan's
-//! [`Priorities`](crate::sched::Priorities)), so a run on the plan is safe whatever the durations.
+//! [`Priorities`]), so a run on the plan is safe whatever the durations.
 //! In the schedule every constraint goes from an earlier event to a later one, so they keep the
 //! graph acyclic, and the schedule itself satisfies them: the simulated makespan with them is
 //! the one without them, up to ties (`makespan_ns` against `free_makespan_ns`).

@@ -11,11 +11,11 @@ use super::{Owner, Pool, NEVER};
 use crate::error::Result;
 
 impl Pool {
-    /// A sequential run's cache settling with the pool (no lock): since it last did, it handed
+    /// A sequential run's cache reporting its parked blocks to the pool (no lock): since it last did, it handed
     /// `unparked` bytes of parked blocks to nodes (net of those it took back: negative if it took
     /// back more), and the most that net reached was `peak`. The live peak rises by what the
     /// pool's count missed meanwhile, exact when the run is the pool's only user.
-    pub(crate) fn settle_parked(&self, unparked: i64, peak: i64) {
+    pub(crate) fn count_parked(&self, unparked: i64, peak: i64) {
         if peak > 0 {
             self.raise_peak(
                 self.published.live.load(Ordering::Relaxed),
@@ -33,7 +33,7 @@ impl Pool {
 
     /// `count` blocks of `nbytes` for `owner` under one lock (not cleared), appended to `out`:
     /// for callers that keep a few blocks of a size at hand. With `parked`, they start parked
-    /// (see [`park`](Self::park)): the caller counts each as live when it hands it out.
+    /// (see [`count_parked`](Self::count_parked)): the caller counts each as live when it hands it out.
     pub(crate) fn acquire_many(
         &self,
         nbytes: usize,
@@ -95,7 +95,7 @@ impl Pool {
     ///
     /// # Safety
     /// As for [`release`](Self::release), for every pointer.
-    /// With `parked`, the blocks are parked ones (see [`park`](Self::park)), no longer live.
+    /// With `parked`, the blocks are parked ones (see [`count_parked`](Self::count_parked)), no longer live.
     pub(crate) unsafe fn release_many(
         &self,
         ptrs: impl IntoIterator<Item = NonNull<u8>>,

@@ -16,16 +16,16 @@
 //!
 //! (it holds the same values σ holds, plus outputs made early and not freed yet; values freed
 //! early only help).
-//! The state is *safe* when `live_σ(k) + X(k) <= L` for every `k >= f`: then that continuation
+//! The state is *safe* when `live_σ(k) + X(k) <= L` for every `k` ≥ `f`: then that continuation
 //! fits. The rule keeps every state safe:
-//! - the frontier node σ[f] may start whenever its outputs fit now (`live + need <= L`): it
+//! - the frontier node σ\[f\] may start whenever its outputs fit now (`live + need <= L`): it
 //!   moves the frontier and leaves `X` as it was;
 //! - any other node v, at position `p > f`, may start only if, besides fitting now, `need`
 //!   fits in the slack `L - live_σ(k) - X(k)` of every step `f <= k < p`; starting it adds
 //!   `need` to `X` over those steps, and freeing one of its values takes that value's bytes
 //!   back out (its readers have all run, so no continuation holds it any more).
 //!
-//! So progress is guaranteed: when nothing runs, σ[f]'s producers have all finished, it is ready,
+//! So progress is guaranteed: when nothing runs, σ\[f\]'s producers have all finished, it is ready,
 //! and the safe continuation says its outputs fit. At any `L >= peak(σ)`, on any number of
 //! threads, the run completes. Below that bound nothing is guaranteed and only the first rule's
 //! fit applies (the run may still fail with a clear `MemoryLimit` error, never hang).

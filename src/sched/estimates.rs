@@ -197,7 +197,7 @@ impl Graph {
 
     /// Records that `node`'s kernel deferred its end, on every deferral (not only the sampled
     /// calls): the first one of its op type makes the priorities stale, and runs of the graph
-    /// keep the executor's threads from then on (`spread.rs`).
+    /// keep the executor's threads from then on (`sched::spread`).
     pub fn note_deferral(&self, node: u32) {
         let l = learned(self);
         let Some(flag) = l.op_deferred.get(self.op_index(node) as usize) else {

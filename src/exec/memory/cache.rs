@@ -1,6 +1,6 @@
 //! Per-thread caches of small blocks in a run: small outputs rarely take a lock. And how a run
 //! gives blocks back (a freed value's block to the thread's cache, the rest to the pool). Behind
-//! the caches is the graph's reserve (`reserve.rs`): a cache's surplus goes there and a refill
+//! the caches is the graph's reserve ([`reserve`](crate::exec::memory::reserve)): a cache's surplus goes there and a refill
 //! comes from there first; the pool, which every thread contends for, is the last resort.
 
 use std::ptr::NonNull;
@@ -23,7 +23,8 @@ pub(in crate::exec) struct BlockCache {
     /// A sequential run's cached blocks are parked in the pool (not live there). Handing one to
     /// a node makes it live again, and taking it back parks it: rather than two atomics on the
     /// pool's shared counts for every node, the cache keeps the bytes it unparked since it last
-    /// settled with the pool, and the most they reached (`settle`). It settles before the run
+    /// reported to the pool, and the most they reached ([`report_parked`](Self::report_parked)).
+    /// It reports before the run
     /// takes or gives back any other block (so that the pool's peak is exact when the run is its
     /// only user) and when the run ends; in between, the pool counts those blocks as parked.
     unparked: i64,
@@ -51,9 +52,9 @@ impl BlockCache {
     }
 
     /// Tells the pool what this cache unparked and parked since it last did (see `unparked`).
-    pub(in crate::exec) fn settle(&mut self, pool: &Pool) {
+    pub(in crate::exec) fn report_parked(&mut self, pool: &Pool) {
         if self.unparked != 0 || self.unparked_peak != 0 {
-            pool.settle_parked(self.unparked, self.unparked_peak);
+            pool.count_parked(self.unparked, self.unparked_peak);
             (self.unparked, self.unparked_peak) = (0, 0);
         }
     }
@@ -78,7 +79,7 @@ pub(in crate::exec) fn cache_count(pool: &Pool, memory_limit: u64, threads: usiz
 }
 
 impl RunState<'_> {
-    /// The graph's reserve of small blocks, if this run keeps blocks there (`reserve.rs`).
+    /// The graph's reserve of small blocks, if this run keeps blocks there ([`reserve`](crate::exec::memory::reserve)).
     fn reserve(&self) -> Option<&Reserve> {
         let reserve = &self.arrays.reserve;
         reserve.is_of(self.pool).then_some(reserve)
@@ -170,7 +171,7 @@ impl RunState<'_> {
 
     /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
     /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
-    /// pool memory. `LEAN`: in a run without a plan (`lean.rs`), whose values never live in an arena.
+    /// pool memory. `LEAN`: in a run without a plan ([`lean`](crate::exec::node::lean)), whose values never live in an arena.
     #[inline(always)]
     pub(in crate::exec) fn drop_value<const LEAN: bool>(&self, v: u32, cache: Option<&mut BlockCache>) -> bool {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
@@ -185,7 +186,7 @@ impl RunState<'_> {
         }
         match cache {
             // A value with a hint goes back to the pool: its bytes are where the hints of later
-            // values need room (see `hints.rs`).
+            // values need room (see `exec::memory::hints`).
             Some(cache) if bytes <= CACHE_MAX_BYTES && self.hint(v).is_none() => {
                 // Parked until a node of this thread takes it: a kernel that kept a pointer to
                 // the value and reads it now is reported by the checkers.
@@ -200,7 +201,7 @@ impl RunState<'_> {
             }
             cache => {
                 if let Some(cache) = cache {
-                    cache.settle(self.pool);
+                    cache.report_parked(self.pool);
                 }
                 release(self.pool, buffer)
             }
@@ -211,7 +212,7 @@ impl RunState<'_> {
         true
     }
 
-    /// Empties the caches into the graph's reserve (`reserve.rs`), or the pool where it has no
+    /// Empties the caches into the graph's reserve ([`reserve`](crate::exec::memory::reserve)), or the pool where it has no
     /// room (the caches keep their memory), and adds the counts the threads left with their
     /// caches to the run's. By the caller, once no task is under way.
     pub fn flush_caches(&mut self) {
@@ -220,7 +221,7 @@ impl RunState<'_> {
             // No task of the run is under way: every cache is the caller's now.
             let Some(cache) = self.cache(Some(i)) else { continue };
             gathered.add(std::mem::take(&mut cache.counts));
-            cache.settle(self.pool);
+            cache.report_parked(self.pool);
             // An empty cache takes no lock (a one-node graph's run ends with one).
             if !cache.blocks.is_empty() {
                 self.spill(cache, cache.blocks.len());

@@ -10,7 +10,7 @@
 //! what the caches hold when the run ends and a freed result's outputs come here too, and the
 //! next run starts with them. Only a run whose working set grows takes the pool's lock.
 //!
-//! **In the pool** the blocks are parked (`Pool::settle_parked`): held, but not live, as a
+//! **In the pool** the blocks are parked (`Pool::count_parked`): held, but not live, as a
 //! sequential run's cached blocks are. So the pool's live bytes fall to what results hold once
 //! runs end, as they did when the blocks went back. They are not free either: nobody else gets
 //! them, and `trim` cannot give their memory back, until the graph is freed or runs on another
@@ -128,7 +128,7 @@ impl Reserve {
         }
         let lent = before - bins.bytes;
         if !sequential && lent > 0 {
-            pool.settle_parked(lent as i64, lent as i64);
+            pool.count_parked(lent as i64, lent as i64);
         }
     }
 
@@ -149,7 +149,7 @@ impl Reserve {
         let n = bins.take(size, count, out);
         if !parked && n > 0 {
             // Under the lock: a thread that keeps these blocks again parks them after this.
-            pool.settle_parked((n * size) as i64, (n * size) as i64);
+            pool.count_parked((n * size) as i64, (n * size) as i64);
         }
         n
     }
@@ -167,7 +167,7 @@ impl Reserve {
         }
         if !parked && kept > 0 {
             // Under the lock: no thread takes them (and unparks them) before they are parked.
-            pool.settle_parked(-(kept as i64), 0);
+            pool.count_parked(-(kept as i64), 0);
         }
     }
 
@@ -180,7 +180,7 @@ impl Reserve {
         let block = Buffer::new(block.ptr, block.block);
         let kept = self.bins.get_mut().unwrap_or_else(|p| p.into_inner()).keep(block);
         if kept {
-            pool.settle_parked(-(block.block as i64), 0);
+            pool.count_parked(-(block.block as i64), 0);
         }
         kept
     }

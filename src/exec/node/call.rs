@@ -1,6 +1,6 @@
 //! One node's kernel call: placing its outputs (in place, in the plan's arena, from the thread's
 //! cache or the pool), binding its inputs and calling the kernel. Its end, the checks of what the
-//! kernel left included, is `conclude.rs`.
+//! kernel left included, is [`end_call`](crate::exec::node::end_call).
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -182,7 +182,7 @@ impl RunState<'_> {
     /// The outputs of a plain node (see `Step::plain`) in a run without a plan, on a thread
     /// with a block cache: each a block of that cache. What `place_outputs` does for such a
     /// node, without the cases that cannot arise, for the nodes most graphs are made of (and
-    /// what the short path places them with, `lean.rs`).
+    /// what the short path places them with, [`lean`](crate::exec::node::lean)).
     #[inline(always)]
     pub(in crate::exec) fn place_plain(
         &self,
@@ -270,7 +270,7 @@ impl RunState<'_> {
                     (buffer, false)
                 } else {
                     if let Some(cache) = cache.as_deref_mut() {
-                        cache.settle(self.pool);
+                        cache.report_parked(self.pool);
                     }
                     let until = g.release_tick(v).map_or(NEVER, u64::from);
                     match self.pool.acquire_at(n, g.zero_output(node), until, Owner::Run, hint) {
@@ -486,7 +486,7 @@ impl DynamicOutputs for NodeOutputs<'_, '_> {
             self.reserved += nbytes as u64;
         }
         if let Some(cache) = run.cache(self.slot) {
-            cache.settle(run.pool);
+            cache.report_parked(run.pool);
         }
         let value = g.node_values(self.node).start + i as u32;
         let until = g.release_tick(value).map_or(NEVER, u64::from);

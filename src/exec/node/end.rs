@@ -1,6 +1,6 @@
 //! A node's end: on failure, the run's error; on success, the values nobody reads any more go
 //! back and the nodes it made ready are listed (`Scratch::ready`). Ordering is the protocol of
-//! `state.rs`: the decrement of a value's `refs` that reaches 0 frees it, the one of a node's
+//! [`state`](crate::exec::state): the decrement of a value's `refs` that reaches 0 frees it, the one of a node's
 //! `pending` that reaches 0 makes it ready.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -57,7 +57,7 @@ impl RunState<'_> {
     }
 
     /// After a successful kernel: drop what nobody needs any more (small blocks into `cache`, the
-    /// thread's), then mark successors. `LEAN`: a node on the short path (`lean.rs`), which took
+    /// thread's), then mark successors. `LEAN`: a node on the short path ([`lean`](crate::exec::node::lean)), which took
     /// no input's buffer over, in a run with neither a memory limit nor a plan.
     #[inline(always)]
     pub(in crate::exec) fn finish_node<const LEAN: bool>(

@@ -1,7 +1,7 @@
 //! The end of a kernel call: what the observer, the learned estimates and the trace are told,
 //! the checks of what the kernel left (its outputs' descriptors, the red zones), and either the
 //! outputs becoming values or every block the node took going back. At once for most calls; for
-//! a node whose kernel deferred its end (`pending.rs`), once its completion came, on the thread
+//! a node whose kernel deferred its end ([`pending`](crate::exec::node::pending)), once its completion came, on the thread
 //! that ends it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -5,7 +5,7 @@
 //! block caches), no static plan, no trace, no observer. A node takes the short path in a lean
 //! run when it is plain (`Step::plain`: small static outputs, none in place, none cleared, none
 //! given a hint) and its thread has a cache. On an executor's threads (`execute_lean`), not for
-//! a call the learned estimates time; the sequential driver (`serial.rs`) times such calls on
+//! a call the learned estimates time; the sequential driver ([`sequential`](crate::exec::sequential)) times such calls on
 //! the short path too (`call_lean::<true>`).
 //!
 //! The short path does what the general one (`RunState::execute_general`, `run_kernel`) does for
@@ -13,7 +13,7 @@
 //! thread's cache, the kernel is called (a Rust kernel behind its own panic guard; a C API
 //! kernel straight through its function, which cannot unwind), its descriptors are checked, and
 //! the node ends (`finish_node`) under the same guard as the rest (one per node here, one per
-//! stretch in `serial.rs`), which knows from a flag whether the panic it caught came before the
+//! stretch in [`sequential`](crate::exec::sequential)), which knows from a flag whether the panic it caught came before the
 //! kernel's end or after. Whatever is not a plain success (a failed, panicking or deferring
 //! kernel, a broken descriptor, a refill the pool refused) goes to the general path's end at the
 //! point it arose, out of line.

@@ -26,7 +26,7 @@ impl RunState<'_> {
     /// makes ready (and admits) are appended to `scratch.ready`, most critical first. A failure
     /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
     /// would have made ready is started. Returns the node if its kernel deferred its end
-    /// (`pending.rs`): the caller hands the run its counts, then arrives at the node
+    /// ([`pending`]): the caller hands the run its counts, then arrives at the node
     /// (`PendingNode::kernel_arrives`), and whoever arrives last ends it (`end_pending`).
     pub fn execute(&self, node: u32, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.failed() || self.stopped() {
@@ -40,7 +40,7 @@ impl RunState<'_> {
         }
     }
 
-    /// `execute` for a node off the short path (`lean.rs`): out of line, so that the short
+    /// `execute` for a node off the short path ([`lean`]): out of line, so that the short
     /// path's frame stays small.
     #[inline(never)]
     fn execute_general(&self, node: u32, step: &Step, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {

@@ -14,7 +14,7 @@
 //! been deferred. If it is the completion, on an executor it queues a task that ends the node on
 //! a worker (with that worker's caches and deques, and continuing along the critical path as
 //! any task does); in a run on its calling thread alone (without an executor, or given one that
-//! it does not use, `run.rs`: a serial graph, short kernels) it wakes that thread, which waits
+//! it does not use, [`run`](mod@crate::exec::run): a serial graph, short kernels) it wakes that thread, which waits
 //! at the node. The completing thread does nothing else, so a device's callback thread never
 //! runs kernels.
 
@@ -151,7 +151,7 @@ impl PendingNode {
             run: (state as *const RunState<'_>).cast(),
             node,
             // A run on the calling thread alone (without an executor, or given one it does not
-            // use, `run.rs`) waits at the node: its completion wakes it, queues nothing. That
+            // use, `exec::run`) waits at the node: its completion wakes it, queues nothing. That
             // caller runs no other task meanwhile (kernels must not wait on one another,
             // design.md).
             executor: state

@@ -1,7 +1,7 @@
 //! Plans without asking (`RunOptions::auto_plan`): a graph makes its own static plan at its first
 //! run that asks for one, and later runs use it, as ONNX Runtime's memory patterns do.
 //!
-//! Runs on their caller alone (without an executor, or given one they do not use: `run.rs`)
+//! Runs on their caller alone (without an executor, or given one they do not use: [`run`](mod@crate::exec::run))
 //! get a sequential plan along the topological order, the order they follow. Runs on an
 //! executor's threads get a scheduled plan for its thread count (`plan::Mode::Scheduled`):
 //! at the max-live bound of the simulated schedule, and safe in any real order through its

@@ -29,7 +29,7 @@ impl RunState<'_> {
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
     pub fn bind(&mut self, bindings: &[InputBinding<'_>]) -> Result<()> {
         let g = self.graph;
-        // A slot starts empty (see `recycle.rs`) and a binding fills it with a non-NULL pointer:
+        // A slot starts empty (see `exec::state::arrays`) and a binding fills it with a non-NULL pointer:
         // a filled one was bound by an earlier binding.
         let bound = |state: &mut Self, v: u32| !state.slot_mut(v).tensor.data.is_null();
         for (i, b) in bindings.iter().enumerate() {

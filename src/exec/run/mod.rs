@@ -39,7 +39,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         return run(&graph.specialize(&sizes)?, pool, options);
     }
     // Under the executor's memory budget the run reserves its own bound, and keeps within it
-    // (`budget.rs`); the entry is released when the run returns, whichever way.
+    // (`exec::run::budget`); the entry is released when the run returns, whichever way.
     let entry = match options.executor {
         Some(e) => e
             .shared()
@@ -98,7 +98,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     ));
     arrays.open_reserve(pool, executor.is_none());
     // Large values go where a placement of the graph's lifetimes puts them, from free space
-    // the pool has now (`hints.rs`); a caller's plan places them itself.
+    // the pool has now (`exec::memory::hints`); a caller's plan places them itself.
     let executor_hints;
     let hints = match (plan, executor) {
         (Some(_), _) => None,

@@ -81,7 +81,7 @@ pub struct RunOptions<'a> {
     /// order (policy and window do not apply). So does, unless `memory_limit_bytes` or
     /// `force_executor` is set, a graph that can never have two nodes ready at once (a chain),
     /// and one whose kernels, as estimated, are too short for the threads to save more than
-    /// they cost ([`Priorities::spreading_pays`]). Its kernels still reach the executor.
+    /// they cost ([`Priorities::spreading_pays`](crate::sched::Priorities::spreading_pays)). Its kernels still reach the executor.
     pub executor: Option<&'a Executor>,
     /// Run on the `executor`'s threads even where the calling thread alone is expected to be
     /// faster (see `executor`).
@@ -99,7 +99,7 @@ pub struct RunOptions<'a> {
     /// Keep the graph's learned estimates as they are (do not time the kernels). A graph no run
     /// has measured then keeps the executor's threads (`Priorities::spreading_pays`).
     pub freeze_estimates: bool,
-    /// Record when and where every node ran ([`RunResult::events`]) and the time spent in
+    /// Record when and where every node ran ([`RunResult::events`](crate::exec::RunResult::events)) and the time spent in
     /// kernels; costs a clock reading and a lock per node.
     pub trace: bool,
     /// Place statically sized values at this plan's offsets, in one arena taken from the pool

@@ -1,5 +1,5 @@
 //! What a finished run reports besides its outputs: its figures, its trace, and the arena of a
-//! planned run. Kept in the run's arrays (`recycle.rs`), which the result holds, so that a
+//! planned run. Kept in the run's arrays ([`arrays`](crate::exec::state::arrays)), which the result holds, so that a
 //! result is three pointers.
 
 use crate::kernel::Buffer;

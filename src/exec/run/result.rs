@@ -105,7 +105,7 @@ impl RunResult {
     }
 
     /// How long the run waited to enter its executor's memory budget
-    /// ([`Executor::set_memory_budget`]); 0 without one.
+    /// ([`Executor::set_memory_budget`](crate::exec::Executor::set_memory_budget)); 0 without one.
     pub fn budget_wait_ns(&self) -> u64 {
         self.arrays.outcome.budget_wait_ns
     }

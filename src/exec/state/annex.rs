@@ -86,7 +86,7 @@ pub(in crate::exec) fn is_chain(graph: &Graph) -> bool {
     bin(graph).chain
 }
 
-/// The graph's own plans (see `auto_plan.rs`).
+/// The graph's own plans (see [`auto_plan`](crate::exec::run::auto_plan)).
 pub(in crate::exec) fn auto_plans(graph: &Graph) -> &AutoPlans {
     &bin(graph).plans
 }
@@ -155,8 +155,7 @@ fn chain(graph: &Graph) -> bool {
 }
 
 /// Arrays for a new run of `graph`: spare ones if a run left some, else new (without block
-/// caches: [`fit_caches`](Self::fit_caches)). Their counters start over in
-/// [`reset`](Self::reset).
+/// caches: [`RunArrays::fit_caches`]). Their counters start over in [`RunArrays::reset`].
 fn take(graph: &Graph) -> Box<RunArrays> {
     bin(graph).arrays.take().unwrap_or_else(|| RunArrays::new(graph))
 }

@@ -1,7 +1,7 @@
 //! A run's arrays: the per-value and per-node state of a graph's runs (slots, counts, the
 //! threads' block caches), kept with the graph and reused, so that a steady run neither
 //! allocates nor page-faults them (a value's slot alone is 192 bytes: 19 MB for a graph of
-//! 100,000 values). The graph keeps its spares (`SpareArrays`) in its annex (`annex.rs`).
+//! 100,000 values). The graph keeps its spares (`SpareArrays`) in its annex ([`annex`](crate::exec::state::annex)).
 //!
 //! Invariant: spare arrays have every slot empty — its data and buffer pointers NULL, the
 //! rest stale until the binding rewrites it whole or its producer's placement (`Slot::place`)
@@ -37,7 +37,7 @@ pub(in crate::exec) struct RunArrays {
     /// were current for: while nothing more is learned, the next run takes them from here,
     /// without the graph's lock.
     pub prio: Option<(Arc<Priorities>, u64)>,
-    /// Small blocks kept for the next run (`reserve.rs`).
+    /// Small blocks kept for the next run ([`reserve`](crate::exec::memory::reserve)).
     pub reserve: Reserve,
     /// What the last run reported, for its result (`RunResult`) while it holds the arrays.
     pub outcome: Outcome,
@@ -181,7 +181,7 @@ impl RunArrays {
         }
     }
 
-    /// Sets the counters to where a run starts: `initial_refs` as [`templates`] gives them,
+    /// Sets the counters to where a run starts: `initial_refs` as [`templates`](crate::exec::state::annex::templates) gives them,
     /// `prio` the pending counts.
     pub fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
         for (r, &start) in self.refs.iter_mut().zip(initial_refs) {

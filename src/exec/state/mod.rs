@@ -9,15 +9,15 @@
 //!   caller drops, after the run is over.
 //! - `active` counts the run's queued and running tasks, the tasks the window deferred, and its
 //!   pending nodes (each holds the place of the task that ran its kernel until the task that ends
-//!   it runs, `pending.rs`). Each task pushes the successors it made ready (incrementing
+//!   it runs, [`pending`](crate::exec::node::pending)). Each task pushes the successors it made ready (incrementing
 //!   `active`) before it decrements `active` for itself, so `active` reaches 0 exactly once: when
 //!   nothing of the run is queued, running, deferred or pending any more. After that decrement,
 //!   or after handing its place to a pending node, the task touches nothing of the run, and the
 //!   caller may drop it.
 //!
-//! The run's parts live beside it: binding its inputs (`bind.rs`), memory admission
-//! (`gate.rs`), the window (`window.rs`), one node's kernel call (`kernel_call.rs`), the
-//! per-thread block caches (`cache.rs`), where its large values go in the pool (`hints.rs`).
+//! The run's parts live beside it: binding its inputs ([`bind`](crate::exec::run::bind)), memory admission
+//! ([`admission`](crate::exec::memory::admission)), the window ([`window`](crate::exec::workers::window)), one node's kernel call ([`call`](crate::exec::node::call)), the
+//! per-thread block caches ([`cache`](crate::exec::memory::cache)), where its large values go in the pool ([`hints`](crate::exec::memory::hints)).
 
 pub(in crate::exec) mod annex;
 pub(in crate::exec) mod arrays;
@@ -75,7 +75,7 @@ pub(in crate::exec) struct StateOptions<'r> {
     pub plan: Option<&'r Plan>,
     pub cancel: Option<&'r CancelToken>,
     pub deadline: Option<Instant>,
-    /// The graph's hints and where the pool's free space for them starts (`hints.rs`).
+    /// The graph's hints and where the pool's free space for them starts ([`hints`](crate::exec::memory::hints)).
     pub hints: Option<(&'r Hints, usize)>,
     /// What kernels reach of the run, and who hears nodes start and end.
     pub context: RunContext<'r>,
@@ -151,13 +151,13 @@ pub(in crate::exec) struct RunState<'r> {
     pub(in crate::exec) steps: &'r [Step],
     /// Per value: what its count in `refs` starts from.
     pub(in crate::exec) initial_refs: &'r [u32],
-    /// Where this run asks the pool for its large values' blocks (`hints.rs`), if
+    /// Where this run asks the pool for its large values' blocks ([`hints`](crate::exec::memory::hints)), if
     /// anywhere: the hints and the address their offsets count from.
     pub(in crate::exec) hints: Option<(&'r Hints, usize)>,
     /// Plain nodes take the short path (`place_plain`): not with a plan, which places values
     /// itself.
     pub(in crate::exec) plain_run: bool,
-    /// Plain nodes take the shortest path, `lean.rs` (which says when a run is lean).
+    /// Plain nodes take the shortest path, [`lean`](crate::exec::node::lean) (which says when a run is lean).
     pub(in crate::exec) lean: bool,
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
@@ -177,11 +177,11 @@ pub(in crate::exec) struct RunState<'r> {
     /// executor's queues hold every urgent node ahead of every normal one.
     pub(in crate::exec) band_offset: usize,
     /// A sequential run: one thread writes its counts (`add_live`), and the blocks in its cache
-    /// are parked in the pool (not live there; the cache settles the count with the pool in
+    /// are parked in the pool (not live there; the cache reports the count to the pool in
     /// batches, see `BlockCache::unparked`). A parallel run's caches count as live in the pool
     /// until the run ends: parking would make every node write a line all threads share.
     pub(in crate::exec) sequential: bool,
-    /// What the run's kernels reach through their context (`context.rs`).
+    /// What the run's kernels reach through their context ([`context`](crate::exec::node::context)).
     pub(in crate::exec) context: RunContext<'r>,
     pub(in crate::exec) observer: Option<&'r dyn Observer>,
     /// When the run started, if it is traced or observed (their times count from it).

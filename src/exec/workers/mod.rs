@@ -1,6 +1,6 @@
 //! The executor: persistent worker threads that run the nodes of any number of concurrent runs.
 //!
-//! Work stealing on crossbeam-deque, with priorities that survive stealing (`queues.rs`): every
+//! Work stealing on crossbeam-deque, with priorities that survive stealing ([`queues`]): every
 //! thread that works has one FIFO deque per priority band, and the executor one shared queue per
 //! band. A thread looking for work scans the bands from the most critical down, and in each band
 //! tries its own deque, then the shared queue, then the other threads' deques. So an owner and a
@@ -49,7 +49,7 @@ pub struct Executor {
 
 pub(in crate::exec) struct Shared {
     threads: usize,
-    /// The memory budget the executor's runs share (`budget.rs`).
+    /// The memory budget the executor's runs share ([`budget`](crate::exec::run::budget)).
     pub(in crate::exec) budget: crate::exec::run::budget::Budget,
     /// High-priority runs going on the threads now: while there is one, a normal run's task
     /// keeps no successor for its own thread (it queues it, behind the urgent bands). Written
@@ -114,7 +114,7 @@ impl Executor {
     /// Sets the memory budget the runs given this executor share, in bytes (0: none, the
     /// default): the live bytes of all of them together stay within it (see
     /// [`RunOptions::priority`](crate::exec::RunOptions::priority) for the order on the threads, and
-    /// the exec module's `budget.rs` for the rule: each run reserves its own bound on entry, first
+    /// the exec module's `exec::run::budget` for the rule: each run reserves its own bound on entry, first
     /// come first served). Runs inside keep their reservations; later ones see the new budget.
     pub fn set_memory_budget(&self, bytes: u64) {
         self.shared.budget.set(bytes);
@@ -129,7 +129,7 @@ impl Executor {
         &self.shared
     }
 
-    /// Queues `helpers` tasks that each help `job` (`parallel.rs`), ahead of every node.
+    /// Queues `helpers` tasks that each help `job` ([`parallel`](crate::exec::node::parallel)), ahead of every node.
     pub(in crate::exec) fn push_job(&self, job: &Arc<Job>, helpers: usize) {
         let task = |_| (0, Task::Help(job.clone()));
         self.shared.queues.push((0..helpers).map(task), None);
@@ -196,7 +196,7 @@ impl Drop for Executor {
 }
 
 impl Shared {
-    /// Queues the task that ends `pending`, whose completion came (`pending.rs`), in `band`. It
+    /// Queues the task that ends `pending`, whose completion came ([`pending`](crate::exec::node::pending)), in `band`. It
     /// takes over the node's place in its run's `active` count: nothing is added.
     pub(in crate::exec) fn push_end(&self, pending: Arc<PendingNode>, band: usize) {
         self.queues.push([(band, Task::End(pending))], None);

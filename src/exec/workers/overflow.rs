@@ -1,5 +1,5 @@
 //! A band's shared queue: the tasks of threads that have no deque set, and those beyond a set's
-//! room (`queues.rs`).
+//! room ([`queues`](crate::exec::workers::queues)).
 //!
 //! A FIFO under a mutex, used in batches as Go's global run queue is: a thread queues the tasks
 //! of a band it made ready a batch per lock, and a thread looking for work takes one task and

@@ -1,5 +1,5 @@
 //! Where queued tasks wait: one FIFO deque per priority band for every thread that works, one
-//! shared queue per band (`overflow.rs`) for threads that have no deques and for what a deque has
+//! shared queue per band ([`overflow`](crate::exec::workers::overflow)) for threads that have no deques and for what a deque has
 //! no room for, and a mask per deque set (and one for the shared queues) of the bands that may
 //! hold tasks, so that a scan looks only where work may be.
 //!
@@ -15,7 +15,7 @@
 //!   band, down when the owner finds the band empty. Thieves read it; a thief that takes the last
 //!   task of a band leaves the bit up (one wasted look later).
 //! - The shared queues' mask is written under each queue's lock, by the push that fills it and the
-//!   take that empties it (`overflow.rs`): a queued task never stays behind a lowered bit.
+//!   take that empties it ([`overflow`](crate::exec::workers::overflow)): a queued task never stays behind a lowered bit.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
@@ -45,7 +45,7 @@ const LOCAL_ROOM: usize = 63;
 pub(in crate::exec) struct Queues {
     /// Per band: the tasks no deque holds.
     overflow: Vec<Overflow>,
-    /// Bands whose shared queue holds tasks (written under that queue's lock, `overflow.rs`).
+    /// Bands whose shared queue holds tasks (written under that queue's lock, [`overflow`](crate::exec::workers::overflow)).
     overflowing: CachePadded<AtomicU32>,
     /// The workers' sets, then the callers'.
     sets: Vec<SetShared>,

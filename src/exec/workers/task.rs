@@ -45,7 +45,7 @@ unsafe impl Send for Task {}
 enum Chain {
     /// Every node it took on ran (or failed): the task leaves the run's `active` count.
     Done,
-    /// A kernel deferred its node's end (`pending.rs`): the node keeps the task's place in
+    /// A kernel deferred its node's end ([`pending`](crate::exec::node::pending)): the node keeps the task's place in
     /// `active` and in the window until the task that ends it (`Task::End`) runs.
     Pending,
 }
@@ -168,7 +168,7 @@ impl Shared {
         let state = unsafe { &*run };
         let (mut node, mut reserved, mut pending) = match first {
             First::Node { node, reserved } => (node, reserved, None),
-            // A pending node holds its window place (`pending.rs`).
+            // A pending node holds its window place (`exec::node::pending`).
             First::End(p) => (p.run().1, true, Some(p)),
         };
         loop {

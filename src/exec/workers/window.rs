@@ -1,5 +1,5 @@
 //! The window: at most `cap` nodes of a run in flight at once, executing or pending (a node
-//! whose kernel deferred its end holds its place until it ends, `pending.rs`).
+//! whose kernel deferred its end holds its place until it ends, [`pending`](crate::exec::node::pending)).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
