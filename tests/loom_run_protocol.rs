@@ -18,7 +18,7 @@
 //! - Admission under a memory limit (`RunState::admit`, `try_reserve`, `readmit`): a node that may
 //!   not start goes on `waiting` under the gate mutex. A finishing node frees the values nobody
 //!   reads any more, each lowering `live` (`drop_value`), and passes those that held memory to
-//!   `readmit` (`finish_node`), which under the same mutex first tells the rule of each, then
+//!   `readmit` (`end_node_ok`), which under the same mutex first tells the rule of each, then
 //!   re-examines `waiting`; a stall check is a `readmit` with none. The rule is
 //!   `sched::Admission` (in `loom/admission.rs`) with a plain array for its segment tree:
 //!   `try_admit` is the plain fit `live + need <= limit` and, at a limit at or above the peak of σ
@@ -26,7 +26,7 @@
 //!   node that starts ahead of σ's frontier, which then takes its need from the slack of every
 //!   step before its own and is marked ahead; `release` gives a freed value's static bytes back
 //!   to those steps if its producer started ahead.
-//! - Nodes (`RunState::execute`, `run_kernel`, `finish_node`, `drop_value`): each makes one value
+//! - Nodes (`RunState::execute`, `run_kernel`, `end_node_ok`, `drop_value`): each makes one value
 //!   of a static size, held in a slot written by its producer and emptied by its last reader
 //!   (reference and `pending` counts with the real orderings); the continuation rule keeps the
 //!   first node made ready and queues the rest (`RunState::continuation`, all nodes in one band).
@@ -38,7 +38,7 @@
 //!   from the other thread before the kernel's thread arrives, or after. The kernel's thread hands
 //!   the run its counts, then arrives; the device writes the node's output, then arrives; the last
 //!   arrival ends the node, the device's by queueing an `END` task that takes over the node's
-//!   place in `active` (`Shared::push_finish`, `RunState::end_pending`).
+//!   place in `active` (`Shared::push_finish`, `RunState::end_pending_node`).
 //!
 //! Abstracted away: the per-band deques, shared queues and stealing (one mutex-protected FIFO queue:
 //! any thread may take any queued task); sleeping and waking (`Sleep`: `yield_now`); the window

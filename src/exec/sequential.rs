@@ -117,7 +117,7 @@ impl RunState<'_> {
                 false => match self.call_lean::<false>(node, step, cache, scratch) {
                     Ok(None) => {
                         called.set(true);
-                        self.finish_node::<true>(node, step, Some(&mut *cache), scratch);
+                        self.end_node_ok::<true>(node, step, Some(&mut *cache), scratch);
                         continue;
                     }
                     outcome => outcome,
@@ -145,7 +145,7 @@ impl RunState<'_> {
         let outcome = self.call_lean::<true>(node, step, cache, scratch);
         if let Ok(None) = outcome {
             called.set(true);
-            self.finish_node::<true>(node, step, Some(cache), scratch);
+            self.end_node_ok::<true>(node, step, Some(cache), scratch);
         }
         outcome
     }
@@ -168,6 +168,6 @@ impl RunState<'_> {
         if !pending.kernel_arrives() {
             pending.wait();
         }
-        self.end_pending(pending, scratch);
+        self.end_pending_node(pending, scratch);
     }
 }

@@ -356,7 +356,7 @@ impl Run {
                 return true; // pending: the completion queues its end
             }
         }
-        self.finish_node(node, ready, admitted);
+        self.end_node_ok(node, ready, admitted);
         *finished += 1;
         false
     }
@@ -391,11 +391,11 @@ impl Run {
         self.slots[node].with_mut(|s| unsafe { *s = Slot { made: true, bytes } });
     }
 
-    /// `RunState::finish_node`: drops what nobody reads any more, collecting the values that
+    /// `RunState::end_node_ok`: drops what nobody reads any more, collecting the values that
     /// held memory (`scratch.freed`), passes them to `readmit` if there are any, then marks the
     /// successors. (An in-place takeover, not modelled, lowers `live` and puts the input on
     /// `freed` too.)
-    fn finish_node(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
+    fn end_node_ok(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
         let mut freed = Vec::new();
         if self.refs[node].load(Ordering::Relaxed) == 0 && self.drop_value(node) {
             freed.push(node);
@@ -462,8 +462,8 @@ impl Shared {
         loop {
             let (mut ready, mut admitted) = (Vec::new(), Vec::new());
             if std::mem::take(&mut end) {
-                // `RunState::end_pending`: the node's kernel ran; its work is done.
-                run.finish_node(node, &mut ready, &mut admitted);
+                // `RunState::end_pending_node`: the node's kernel ran; its work is done.
+                run.end_node_ok(node, &mut ready, &mut admitted);
                 finished += 1;
             } else {
                 if !reserved && !run.admit(node) {

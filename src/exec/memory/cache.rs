@@ -105,7 +105,7 @@ impl RunState<'_> {
         // SAFETY: a slot belongs to one thread while the run goes on (see `caches`), and this
         // borrow ends before that thread borrows it again: a caller holding one across calls
         // that may look the cache up (a node's end on the general path) holds it as a local,
-        // used no more after them, and passes it down where it is needed (`finish_node`).
+        // used no more after them, and passes it down where it is needed (`end_node_ok`).
         Some(unsafe { &mut *cell.get() })
     }
 

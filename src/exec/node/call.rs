@@ -1,6 +1,6 @@
 //! One node's kernel call: placing its outputs (in place, in the plan's arena, from the thread's
 //! cache or the pool), binding its inputs and calling the kernel. Its end, the checks of what the
-//! kernel left included, is [`end_call`](crate::exec::node::end_call).
+//! kernel left included, is [`call_returned`](crate::exec::node::end_call).
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -155,7 +155,7 @@ impl RunState<'_> {
     /// Runs a node's kernel: places its outputs in their slots, calls it, and checks what it
     /// left. On failure every block the node took is back and its output slots are empty. A node
     /// whose kernel deferred its end is returned instead, its blocks where they are: it is
-    /// checked, and cleaned up on failure, when it ends (`conclude_pending`).
+    /// checked, and cleaned up on failure, when it ends (`end_deferred_call`).
     pub(in crate::exec) fn run_kernel(
         &self,
         node: u32,
@@ -301,7 +301,7 @@ impl RunState<'_> {
     }
 
     /// Calls the kernel of `node`, whose outputs are in their slots, and ends the call
-    /// (`conclude`), unless the kernel deferred its end: then the node is returned, and the
+    /// (`end_call`), unless the kernel deferred its end: then the node is returned, and the
     /// caller arrives at it (`PendingNode::kernel_arrives`). A plain node has no dynamic output
     /// to serve.
     #[allow(clippy::too_many_arguments)]
@@ -387,7 +387,7 @@ impl RunState<'_> {
             in_place_output,
             taken,
         };
-        self.end_call(node, outputs, deferred, called, scratch)
+        self.call_returned(node, outputs, deferred, called, scratch)
     }
 
     /// The kernel's failure, from how its call went: the panic it raised, the error it returned
@@ -426,10 +426,10 @@ impl RunState<'_> {
         }
     }
 
-    /// After a kernel returned: ends its call (`conclude`), unless it deferred its end; then
+    /// After a kernel returned: ends its call (`end_call`), unless it deferred its end; then
     /// the node is returned, and the caller arrives at it (`PendingNode::kernel_arrives`).
     #[inline(always)]
-    pub(in crate::exec) fn end_call(
+    pub(in crate::exec) fn call_returned(
         &self,
         node: u32,
         outputs: &mut [Slot],
@@ -438,7 +438,7 @@ impl RunState<'_> {
         scratch: &mut Scratch,
     ) -> Result<Option<Arc<PendingNode>>> {
         let Some(deferred) = deferred else {
-            self.conclude(node, outputs, called(), None, scratch)?;
+            self.end_call(node, outputs, called(), None, scratch)?;
             return Ok(None);
         };
         self.graph.note_deferral(node);

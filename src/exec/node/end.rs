@@ -15,7 +15,7 @@ use crate::exec::state::RunState;
 impl RunState<'_> {
     /// After the kernel call ended: on failure, records it; on success, releases and readiness.
     /// `PENDING` only gives the end of a pending node its own copy: shared with
-    /// `execute_general`, the panic guard around `finish_node` was no longer inlined there (11
+    /// `execute_general`, the panic guard around `end_node_ok` was no longer inlined there (11
     /// instructions a node, counted by benches/c/instructions.sh).
     #[inline(always)]
     pub(in crate::exec) fn end_node<const PENDING: bool>(
@@ -31,7 +31,7 @@ impl RunState<'_> {
         }
         let cache = self.cache(scratch.slot);
         let finished = catch_unwind(AssertUnwindSafe(|| {
-            self.finish_node::<false>(node, step, cache, scratch)
+            self.end_node_ok::<false>(node, step, cache, scratch)
         }));
         if let Err(panic) = finished {
             self.failed_after(node, &*panic, scratch);
@@ -60,7 +60,7 @@ impl RunState<'_> {
     /// thread's), then mark successors. `LEAN`: a node on the short path ([`lean`](crate::exec::node::lean)), which took
     /// no input's buffer over, in a run with neither a memory limit nor a plan.
     #[inline(always)]
-    pub(in crate::exec) fn finish_node<const LEAN: bool>(
+    pub(in crate::exec) fn end_node_ok<const LEAN: bool>(
         &self,
         node: u32,
         step: &Step,

@@ -26,7 +26,7 @@ impl RunState<'_> {
     /// are empty. Inlined: in `call_kernel`, without a completion, it reduces to the checks of
     /// a plain call (no per-node cost for what deferred calls need).
     #[inline(always)]
-    pub(in crate::exec) fn conclude(
+    pub(in crate::exec) fn end_call(
         &self,
         node: u32,
         outputs: &mut [Slot],
@@ -83,7 +83,7 @@ impl RunState<'_> {
         scratch.taken = taken;
         if let Some(input) = taken {
             // The block now belongs to the output's slot alone: the input's slot keeps only its
-            // size (the value's end in `finish_node` counts it), so that nothing, not even the
+            // size (the value's end in `end_node_ok` counts it), so that nothing, not even the
             // sweep after a panic, gives the block back twice.
             // SAFETY: this node is the input's last reader (`take_over`); nobody else touches it.
             unsafe { (*self.slots[input as usize].get()).buffer.ptr = std::ptr::null_mut() };
@@ -132,7 +132,7 @@ impl RunState<'_> {
     }
 
     /// Ends a pending node's kernel call once its completion came, on the thread that ends it.
-    pub(in crate::exec) fn conclude_pending(
+    pub(in crate::exec) fn end_deferred_call(
         &self,
         pending: &PendingNode,
         step: &Step,
@@ -142,7 +142,7 @@ impl RunState<'_> {
         let (called, at, error) = pending.take();
         // SAFETY: the node's outputs are its own until it ends, which is now, on this thread.
         let outputs = unsafe { self.output_slots(step.values()) };
-        self.conclude(node, outputs, called, Some((at, error)), scratch)
+        self.end_call(node, outputs, called, Some((at, error)), scratch)
     }
 }
 

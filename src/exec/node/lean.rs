@@ -12,7 +12,7 @@
 //! such a node, with everything that cannot arise left out: its output blocks come from the
 //! thread's cache, the kernel is called (a Rust kernel behind its own panic guard; a C API
 //! kernel straight through its function, which cannot unwind), its descriptors are checked, and
-//! the node ends (`finish_node`) under the same guard as the rest (one per node here, one per
+//! the node ends (`end_node_ok`) under the same guard as the rest (one per node here, one per
 //! stretch in [`sequential`](crate::exec::sequential)), which knows from a flag whether the panic it caught came before the
 //! kernel's end or after. Whatever is not a plain success (a failed, panicking or deferring
 //! kernel, a broken descriptor, a refill the pool refused) goes to the general path's end at the
@@ -66,7 +66,7 @@ impl RunState<'_> {
             let pending = self.call_lean::<false>(node, step, cache, scratch)?;
             if pending.is_none() {
                 called.set(true);
-                self.finish_node::<true>(node, step, Some(cache), scratch);
+                self.end_node_ok::<true>(node, step, Some(cache), scratch);
             }
             Ok(pending)
         }));
@@ -165,7 +165,7 @@ impl RunState<'_> {
         }
         let (detail, deferred) = (ctx.error.take(), ctx.deferred.take());
         drop(ctx);
-        self.lean_call_ended(node, outputs, returned.outcome(), (detail, deferred), timed, scratch)
+        self.lean_call_returned(node, outputs, returned.outcome(), (detail, deferred), timed, scratch)
     }
 
     /// A kernel call on the short path that was not a plain success: ended as the general path
@@ -174,7 +174,7 @@ impl RunState<'_> {
     /// completion), its start put that long before now.
     #[cold]
     #[inline(never)]
-    fn lean_call_ended(
+    fn lean_call_returned(
         &self,
         node: u32,
         outputs: &mut [Slot],
@@ -201,7 +201,7 @@ impl RunState<'_> {
             in_place_output: None,
             taken: None,
         };
-        self.end_call(node, outputs, deferred, called, scratch)
+        self.call_returned(node, outputs, deferred, called, scratch)
     }
 }
 

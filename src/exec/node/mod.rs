@@ -1,5 +1,5 @@
 //! One node's path, from ready to ended: its outputs placed and its kernel called (`call`, or the
-//! short path `lean`), the call's end (`end_call`: checks, observer, learned durations), then
+//! short path `lean`), the call's end (`call_returned`: checks, observer, learned durations), then
 //! the node's end (`end`: releases and readiness). A kernel that defers its end makes the node
 //! pending (`pending`); what a kernel reaches of its run is its context (`context`, `parallel`).
 //! A thread's scratch space (`scratch`) carries the lists every node reuses.
@@ -27,7 +27,7 @@ impl RunState<'_> {
     /// is recorded in the run, not returned: the node's own buffers go back, and nothing it
     /// would have made ready is started. Returns the node if its kernel deferred its end
     /// ([`pending`]): the caller hands the run its counts, then arrives at the node
-    /// (`PendingNode::kernel_arrives`), and whoever arrives last ends it (`end_pending`).
+    /// (`PendingNode::kernel_arrives`), and whoever arrives last ends it (`end_pending_node`).
     pub fn execute(&self, node: u32, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.failed() || self.stopped() {
             return None;
@@ -59,11 +59,11 @@ impl RunState<'_> {
     }
 
     /// Ends a pending node once its completion came, as `execute` ends any other node.
-    pub fn end_pending(&self, pending: &PendingNode, scratch: &mut Scratch) {
+    pub fn end_pending_node(&self, pending: &PendingNode, scratch: &mut Scratch) {
         let (_, node) = pending.run();
         let step = self.steps[node as usize];
-        let concluded = catch_unwind(AssertUnwindSafe(|| self.conclude_pending(pending, &step, scratch)));
-        let result = concluded.unwrap_or_else(|panic| Err(self.internal_error(node, "while ending", &*panic)));
+        let ended = catch_unwind(AssertUnwindSafe(|| self.end_deferred_call(pending, &step, scratch)));
+        let result = ended.unwrap_or_else(|panic| Err(self.internal_error(node, "while ending", &*panic)));
         self.end_node::<true>(node, &step, result, scratch);
     }
 }

@@ -28,7 +28,7 @@ use crate::exec::state::{lock, RunState};
 use crate::exec::workers::Shared;
 use crate::kernel::KernelCtx;
 
-/// How a kernel call went, kept until its node ends (`RunState::conclude`).
+/// How a kernel call went, kept until its node ends ([`RunState::end_call`]).
 pub(in crate::exec) struct Called {
     /// The kernel's own failure (an error, a panic, a refused dynamic output), if any.
     pub failure: Option<Error>,

@@ -179,7 +179,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         }
         state.end_bindings()?;
         let (stats, busy_ns, events, arena) = (state.stats(), state.busy_ns(), state.take_events(), state.take_arena());
-        (stats, busy_ns, events, arena, state.finish())
+        (stats, busy_ns, events, arena, state.end_run())
     };
     let mut arrays = arrays.keep();
     arrays.prio = prio;

@@ -24,7 +24,7 @@ use crate::trace::NodeEvent;
 pub struct RunResult {
     graph: Arc<Graph>,
     pool: Arc<Pool>,
-    /// Only the graph outputs' slots hold anything (`RunState::finish`), and its
+    /// Only the graph outputs' slots hold anything (`RunState::end_run`), and its
     /// `outcome` holds the run's figures, events and arena. Given back to the graph when the
     /// result drops.
     arrays: ManuallyDrop<Box<RunArrays>>,
@@ -37,7 +37,7 @@ unsafe impl Send for RunResult {}
 unsafe impl Sync for RunResult {}
 
 impl RunResult {
-    /// The result of a run that succeeded, holding its arrays (`RunState::finish` left only the
+    /// The result of a run that succeeded, holding its arrays (`RunState::end_run` left only the
     /// graph outputs in their slots).
     pub(in crate::exec) fn new(graph: Arc<Graph>, pool: Arc<Pool>, arrays: Box<RunArrays>) -> Self {
         RunResult {

@@ -5,7 +5,7 @@
 //!   consumers' `pending` counts (AcqRel). A consumer reads the slot only after its own count
 //!   reached 0, so it sees the write.
 //! - A slot is emptied by the thread whose decrement of the value's `refs` reached 0 (AcqRel), so
-//!   every reader has finished with it. Graph outputs hold one extra reference that only the
+//!   every reader has ended with it. Graph outputs hold one extra reference that only the
 //!   caller drops, after the run is over.
 //! - `active` counts the run's queued and running tasks, the tasks the window deferred, and its
 //!   pending nodes (each holds the place of the task that ran its kernel until the task that ends
@@ -23,7 +23,7 @@ pub(in crate::exec) mod annex;
 pub(in crate::exec) mod arrays;
 mod control;
 mod counts;
-pub(in crate::exec) mod teardown;
+pub(in crate::exec) mod end;
 
 pub(in crate::exec) use control::{lock, panic_text};
 
@@ -93,7 +93,7 @@ pub(in crate::exec) struct StateOptions<'r> {
 pub(in crate::exec) struct RunState<'r> {
     pub graph: &'r Graph,
     pub pool: &'r Pool,
-    /// Handed back by `finish` (without touching its count), or dropped with the state: see
+    /// Handed back by [`end_run`](Self::end_run) (without touching its count), or dropped with the state: see
     /// `StateOptions::prio`.
     pub prio: ManuallyDrop<Arc<Priorities>>,
     pub(in crate::exec) prio_samples: Option<u64>,
@@ -186,8 +186,8 @@ pub(in crate::exec) struct RunState<'r> {
     pub(in crate::exec) observer: Option<&'r dyn Observer>,
     /// When the run started, if it is traced or observed (their times count from it).
     pub(in crate::exec) started: Option<Instant>,
-    /// The run ended well and `finish` handed its priorities back: the drop has nothing to do.
-    pub(in crate::exec) finished: bool,
+    /// The run ended well and `end_run` handed its priorities back: the drop has nothing to do.
+    pub(in crate::exec) ended: bool,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -276,7 +276,7 @@ impl<'r> RunState<'r> {
             context,
             observer,
             started,
-            finished: false,
+            ended: false,
         }
     }
 

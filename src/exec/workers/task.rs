@@ -176,7 +176,7 @@ impl Shared {
             scratch.admitted.clear();
             if let Some(p) = pending.take() {
                 in_window.set(state.window.is_some());
-                state.end_pending(&p, scratch);
+                state.end_pending_node(&p, scratch);
             } else {
                 if let Some(window) = &state.window {
                     // Deferred: the entry gets its own place in `active` (under the window's
@@ -211,7 +211,7 @@ impl Shared {
                     // The work completed before the kernel returned: the node ends here, and the
                     // task keeps its place.
                     handed_over.set(false);
-                    state.end_pending(&p, scratch);
+                    state.end_pending_node(&p, scratch);
                 }
             }
             if let Some(deferred) = state.window.as_ref().and_then(|w| w.leave()) {

@@ -18,7 +18,7 @@ impl RunState<'_> {
     /// marked as a graph output, which the result gets its own copy of, in a block of the pool:
     /// the caller's memory need outlive only the run, and a result owns all it shows. Rare (an
     /// engine seldom asks for an input back), so a copy rather than a borrow the result would
-    /// have to carry. Before [`finish`](Self::finish).
+    /// have to carry. Before [`end_run`](Self::end_run).
     #[inline]
     pub fn end_bindings(&mut self) -> Result<()> {
         let g = self.graph;
@@ -48,18 +48,18 @@ impl RunState<'_> {
     /// they are current for). Only the graph outputs' slots still hold anything: every other
     /// value was freed by its last reader, and the bindings were ended (`end_bindings`); the
     /// arrays go to the result as they are (`recycle::Lent::keep`).
-    pub fn finish(&mut self) -> Option<(Arc<Priorities>, u64)> {
+    pub fn end_run(&mut self) -> Option<(Arc<Priorities>, u64)> {
         let g = self.graph;
         debug_assert!(
             (0..g.value_count() as u32).all(|v| {
                 let s = self.slot_mut(v);
                 g.is_graph_output(v) || (s.tensor.data.is_null() && s.buffer.ptr.is_null())
             }),
-            "a finished run holds nothing but its graph outputs"
+            "a ended run holds nothing but its graph outputs"
         );
-        debug_assert!(!self.finished, "a run finishes once");
-        self.finished = true;
-        // SAFETY: `finished` is set: neither this nor the drop takes `prio` again, and nothing
+        debug_assert!(!self.ended, "a run finishes once");
+        self.ended = true;
+        // SAFETY: `ended` is set: neither this nor the drop takes `prio` again, and nothing
         // reads it after the state's last call.
         let prio = unsafe { ManuallyDrop::take(&mut self.prio) };
         self.prio_samples.map(|samples| (prio, samples))
@@ -69,9 +69,9 @@ impl RunState<'_> {
 impl Drop for RunState<'_> {
     /// After a failure, whatever the run still holds goes back, every slot is left empty, and
     /// the arrays go back to the graph (`recycle::Lent`'s drop, after this one). After success
-    /// the result has them (`finish`): nothing is left.
+    /// the result has them (`end_run`): nothing is left.
     fn drop(&mut self) {
-        if self.finished {
+        if self.ended {
             return;
         }
         for v in 0..self.slots.len() as u32 {
@@ -86,7 +86,7 @@ impl Drop for RunState<'_> {
         release(self.pool, std::mem::replace(&mut self.arena, Buffer::NONE));
         // The caches spill into the arrays' reserve.
         self.flush_caches();
-        // SAFETY: `finished` is not set, so `finish` did not take it; this is the last use.
+        // SAFETY: `ended` is not set, so `end_run` did not take it; this is the last use.
         unsafe { ManuallyDrop::drop(&mut self.prio) };
     }
 }
