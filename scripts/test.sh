@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 ensure_packages cmake:cmake pkg-config:pkg-config valgrind:valgrind
 
 echo "== cargo test (the core, the workloads, the loom model, and the generated-header check)"
-cargo test --locked --workspace
+cargo test --locked --workspace --features graphsched/fault-injection
 
 echo "== clippy: no warning, and every unsafe block states why it is sound"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks

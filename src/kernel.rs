@@ -221,13 +221,13 @@ pub(crate) struct TaggedCtx {
 
 impl TaggedCtx {
     /// The tag of a live context: "gsctx_ok".
-    pub const TAG: u64 = 0x6773_6374_785f_6f6b;
+    pub(crate) const TAG: u64 = 0x6773_6374_785f_6f6b;
 }
 
 impl CKernel {
     /// Calls the function on `ctx`; its return code (0: success).
     #[inline(always)]
-    pub fn call_raw(&self, ctx: &mut KernelCtx<'_>) -> i32 {
+    pub(crate) fn call_raw(&self, ctx: &mut KernelCtx<'_>) -> i32 {
         let mut c = TaggedCtx {
             tag: TaggedCtx::TAG,
             ctx: (ctx as *mut KernelCtx<'_>).cast(),
@@ -238,12 +238,12 @@ impl CKernel {
     }
 
     /// Calls the function on `ctx`, as a [`Kernel`] returns.
-    pub fn call(&self, ctx: &mut KernelCtx<'_>) -> std::result::Result<(), String> {
+    pub(crate) fn call(&self, ctx: &mut KernelCtx<'_>) -> std::result::Result<(), String> {
         Self::result(self.call_raw(ctx))
     }
 
     /// What a return code tells, as a [`Kernel`] returns it.
-    pub fn result(rc: i32) -> std::result::Result<(), String> {
+    pub(crate) fn result(rc: i32) -> std::result::Result<(), String> {
         match rc {
             0 => Ok(()),
             rc => Err(format!("kernel returned {rc}")),
@@ -274,7 +274,7 @@ impl Slot {
     /// that never has one (the empty kernels of a benchmark) costs no write of its 128 bytes,
     /// nor of the lines they are on.
     #[inline(always)]
-    pub fn place(&mut self, buffer: Buffer, nbytes: usize) {
+    pub(crate) fn place(&mut self, buffer: Buffer, nbytes: usize) {
         let t = &mut self.tensor;
         if t.ndim != 0 {
             (t.dims, t.strides) = ([0; crate::tensor::MAX_DIMS], [0; crate::tensor::MAX_DIMS]);
@@ -307,14 +307,14 @@ pub(crate) struct Buffer {
 
 impl Buffer {
     /// No buffer: a null pointer and no bytes.
-    pub const NONE: Buffer = Buffer {
+    pub(crate) const NONE: Buffer = Buffer {
         ptr: std::ptr::null_mut(),
         capacity: 0,
         block: 0,
     };
 
     /// A whole block of `capacity` bytes.
-    pub fn new(ptr: *mut c_void, capacity: usize) -> Buffer {
+    pub(crate) fn new(ptr: *mut c_void, capacity: usize) -> Buffer {
         Buffer {
             ptr,
             capacity,
@@ -323,7 +323,7 @@ impl Buffer {
     }
 
     /// Whether `inner` starts inside this buffer (an arena holding a value); never for NONE.
-    pub fn holds(&self, inner: Buffer) -> bool {
+    pub(crate) fn holds(&self, inner: Buffer) -> bool {
         (inner.ptr as usize).wrapping_sub(self.ptr as usize) < self.capacity
     }
 }

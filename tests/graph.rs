@@ -32,8 +32,8 @@ fn diamond_levels_and_critical_path() {
     let g = b.finalize().unwrap();
     assert_eq!(g.topological_order(), &[a, bb, c, d]);
     let p = g.priorities();
-    assert_eq!([a, bb, c, d].map(|n| p.bottom_level[n as usize]), [31, 21, 6, 1]);
-    assert_eq!([a, bb, c, d].map(|n| p.top_level[n as usize]), [0, 10, 10, 30]);
+    assert_eq!([a, bb, c, d].map(|n| p.bottom_level()[n as usize]), [31, 21, 6, 1]);
+    assert_eq!([a, bb, c, d].map(|n| p.top_level()[n as usize]), [0, 10, 10, 30]);
     assert_eq!(g.critical_path(), &[a, bb, d]);
     let info = g.info();
     assert_eq!(
@@ -228,11 +228,11 @@ fn analysis_invariants_on_random_dags() {
             let best_succ = g
                 .successors(node)
                 .iter()
-                .map(|&s| p.bottom_level[s as usize])
+                .map(|&s| p.bottom_level()[s as usize])
                 .max()
                 .unwrap_or(0);
             assert_eq!(
-                p.bottom_level[node as usize],
+                p.bottom_level()[node as usize],
                 w(node) + best_succ,
                 "seed {seed} node {node}"
             );

@@ -67,7 +67,7 @@ fn empty_kernels_run_on_the_caller_once_they_are_measured() {
     let seen = threads(&g, &executor, false, 3);
     assert_eq!(seen[0], 2, "the first run knows nothing of its kernels: it spreads");
     let p = g.priorities();
-    assert!(!p.unmeasured && !p.defers);
+    assert!(!p.unmeasured() && !p.defers());
     // Runs that learn nothing more follow these priorities. The decision is the model's: the
     // kernels' measured time (a moving average: one preempted call can lift it for a while)
     // against 150 ns a node.
@@ -155,7 +155,7 @@ fn a_deferring_kernel_always_spreads() {
     let g = fan_of(200, deferring, Some(1));
     let seen = threads(&g, &executor, false, 6);
     assert!(seen.iter().all(|&t| t == 2), "{seen:?}");
-    assert!(g.priorities().defers);
+    assert!(g.priorities().defers());
 }
 
 #[test]
@@ -185,6 +185,6 @@ fn a_first_deferral_sends_later_runs_back_to_the_threads() {
     let run = graphsched::run(&g, &pool, &untimed).unwrap();
     assert_eq!(run.stats().threads, 1, "decided before the deferrals");
     drop(run);
-    assert!(g.priorities().defers, "every deferral counts, timed or not");
+    assert!(g.priorities().defers(), "every deferral counts, timed or not");
     assert_eq!(graphsched::run(&g, &pool, &untimed).unwrap().stats().threads, 2);
 }

@@ -1,6 +1,6 @@
 //! Fault injection, for tests of what a run does when its own code fails (not a kernel): the
-//! run's bookkeeping after a named node panics, as an internal bug would. Off unless a test
-//! arms it; then it costs one relaxed load per node.
+//! run's bookkeeping after a named node panics, as an internal bug would. Compiled only with the
+//! `fault-injection` feature; armed, it costs one relaxed load per node.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

@@ -46,7 +46,7 @@ mod sequential;
 mod state;
 mod workers;
 
-#[doc(hidden)]
+#[cfg(feature = "fault-injection")]
 pub mod fault;
 
 pub use crate::kernel::KernelCtx;

@@ -289,7 +289,14 @@ pub unsafe extern "C" fn gs_result_output(
         let r = unsafe { handle_ref(result, "result") }?;
         // SAFETY: writable by contract.
         let out = unsafe { out_arg(out, "out") }?;
-        *out = *r.result.output(value)?;
+        // The core names its own API; a C caller marks outputs with gs_graph_mark_output.
+        *out = *r.result.output(value).map_err(|e| match e.kind() {
+            crate::ErrorKind::NotAnOutput => crate::Error::new(
+                e.kind(),
+                e.message().replace("GraphBuilder::mark_output", "gs_graph_mark_output"),
+            ),
+            _ => e,
+        })?;
         Ok(())
     })
 }

@@ -126,7 +126,7 @@ pub(crate) struct FfiError {
 }
 
 impl FfiError {
-    pub fn new(status: gs_status, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: gs_status, message: impl Into<String>) -> Self {
         FfiError {
             status,
             message: message.into(),

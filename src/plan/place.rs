@@ -35,7 +35,7 @@ impl Groups {
     /// Groups of these `bytes`; `conflict(a, b)` says whether two may be live at once, and
     /// `maybe(a, b)` is a cheap test that is false only where `conflict` is (spans that do not
     /// overlap, for a sequential plan).
-    pub fn new(
+    pub(super) fn new(
         bytes: Vec<u64>,
         maybe: &dyn Fn(usize, usize) -> bool,
         conflict: &dyn Fn(usize, usize) -> bool,
@@ -56,7 +56,7 @@ impl Groups {
     /// Groups of these `bytes` live over `spans` (inclusive steps of one order): two conflict
     /// when their spans overlap. A sweep over the spans finds the pairs, so a long graph costs
     /// its conflicts, not the square of its values.
-    pub fn of_intervals(bytes: Vec<u64>, spans: &[(u32, u32)]) -> Groups {
+    pub(super) fn of_intervals(bytes: Vec<u64>, spans: &[(u32, u32)]) -> Groups {
         let n = bytes.len();
         let mut by_start: Vec<usize> = (0..n).collect();
         by_start.sort_unstable_by_key(|&g| spans[g].0);

@@ -66,7 +66,7 @@ pub(super) struct Schedule {
 
 impl Schedule {
     /// The simulator's schedule of `graph` on `threads` threads, no window or memory limit.
-    pub fn simulate(graph: &Graph, prio: &Priorities, threads: usize) -> Result<Schedule> {
+    pub(super) fn simulate(graph: &Graph, prio: &Priorities, threads: usize) -> Result<Schedule> {
         let mut events = Vec::new();
         let options = SimOptions {
             threads,
@@ -83,7 +83,7 @@ impl Schedule {
     }
 
     /// First and last event at which value `v` is live (inclusive; `u32::MAX` for outputs).
-    pub fn lifetime(&self, graph: &Graph, v: u32) -> (u32, u32) {
+    pub(super) fn lifetime(&self, graph: &Graph, v: u32) -> (u32, u32) {
         let producer = graph.value_producer(v) as usize;
         let start = self.events[producer][0];
         if graph.is_graph_output(v) {

@@ -31,7 +31,7 @@ pub const SAMPLE_EVERY: u64 = 8;
 /// Op types whose average is below this are measured eight times less often
 /// ([`SAMPLE_EVERY_CHEAP`]): two clock readings (about 50 ns here) would be a few percent of
 /// their time, and their estimates barely change an order (see [`MIN_MOVE_NS`]).
-pub const CHEAP_OP_NS: u64 = 2_000;
+pub(super) const CHEAP_OP_NS: u64 = 2_000;
 
 /// How often a kernel of a cheap op type (below `CHEAP_OP_NS`) is measured: one call in this
 /// many.

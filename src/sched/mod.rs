@@ -84,49 +84,49 @@ pub enum Policy {
 /// nanoseconds unless said otherwise. Immutable; runs share one through [`Graph::priorities`].
 pub struct Priorities {
     /// Estimated duration of each node (0 for graph inputs).
-    pub weight: Vec<u64>,
+    pub(crate) weight: Vec<u64>,
     /// Per node: thread time, all threads together ([`Graph::work_ns`]): the weight, but
     /// times its loops' width for a parallel node, and only its time on a thread for a
     /// deferring one.
-    pub work: Vec<u64>,
+    pub(crate) work: Vec<u64>,
     /// Per node: how it spends its time ([`Graph::node_kind`]).
-    pub kind: Vec<NodeKind>,
+    pub(crate) kind: Vec<NodeKind>,
     /// Longest path from the node's start to the end of the graph, the node included.
-    pub bottom_level: Vec<u64>,
+    pub(crate) bottom_level: Vec<u64>,
     /// Longest path into the node: its earliest start on unlimited threads.
-    pub top_level: Vec<u64>,
+    pub(crate) top_level: Vec<u64>,
     /// How much later than its top level the node may start without stretching the critical
     /// path: `critical_path_ns - top_level - bottom_level`, 0 on a longest path.
-    pub slack: Vec<u64>,
+    pub(crate) slack: Vec<u64>,
     /// Length of the longest path.
-    pub critical_path_ns: u64,
+    pub(crate) critical_path_ns: u64,
     /// Operator nodes of one longest path, in execution order.
-    pub critical_path: Vec<u32>,
+    pub(crate) critical_path: Vec<u32>,
     /// Sum of every node's work ([`Priorities::work`]): what one thread takes.
-    pub total_work_ns: u64,
+    pub(crate) total_work_ns: u64,
     /// Operator nodes (graph inputs are not run).
-    pub operators: u64,
+    pub(crate) operators: u64,
     /// Some node's kernel has deferred its end, once at least (`KernelCtx::defer`).
-    pub defers: bool,
+    pub(crate) defers: bool,
     /// Some operator node's op type has not been measured by a run yet (whatever its
     /// estimate): nothing is known of how its kernels spend their time, deferring or not.
-    pub unmeasured: bool,
+    pub(crate) unmeasured: bool,
     /// Position of each node in priority order (critical path first): lower runs first.
-    pub rank: Vec<u32>,
+    pub(crate) rank: Vec<u32>,
     /// Queue band under [`Policy::CriticalPath`], below [`BANDS`]: 0 for no slack, higher for more.
-    pub band: Vec<u8>,
+    pub(crate) band: Vec<u8>,
     /// The same for [`Policy::BottomLevel`]: position in highest-bottom-level-first order, and
     /// bands by how far the bottom level falls short of the critical path.
-    pub rank_by_level: Vec<u32>,
+    pub(crate) rank_by_level: Vec<u32>,
     /// Queue band under [`Policy::BottomLevel`], below [`BANDS`].
-    pub band_by_level: Vec<u8>,
+    pub(crate) band_by_level: Vec<u8>,
     /// Per node: operator inputs not yet produced at the start of a run (graph inputs are
     /// bound before it starts).
-    pub initial_pending: Vec<u32>,
+    pub(crate) initial_pending: Vec<u32>,
     /// Operator nodes ready at the start, most critical first.
-    pub roots: Vec<u32>,
+    pub(crate) roots: Vec<u32>,
     /// Bytes of each node's statically sized outputs: what memory admission reserves.
-    pub output_bytes: Vec<u64>,
+    pub(crate) output_bytes: Vec<u64>,
     /// Per node: the work of its strict ancestors and of its strict descendants (empty for
     /// graphs over [`MAX_EXACT_NODES`] nodes), for [`makespan_bound`](Self::makespan_bound):
     /// computed on first use, since runs do not need it (O(n² / 64)).
@@ -143,6 +143,62 @@ pub struct Priorities {
 }
 
 impl Priorities {
+    /// Per node: its estimated duration (0 for graph inputs).
+    pub fn weight(&self) -> &[u64] {
+        &self.weight
+    }
+
+    /// Per node: its thread time, all threads together ([`Graph::work_ns`]).
+    pub fn work(&self) -> &[u64] {
+        &self.work
+    }
+
+    /// Per node: the longest path from its start to the end of the graph, itself included.
+    pub fn bottom_level(&self) -> &[u64] {
+        &self.bottom_level
+    }
+
+    /// Per node: the longest path into it, its earliest start on unlimited threads.
+    pub fn top_level(&self) -> &[u64] {
+        &self.top_level
+    }
+
+    /// Per node: how much later than its top level it may start without stretching the
+    /// critical path (0 on a longest path).
+    pub fn slack(&self) -> &[u64] {
+        &self.slack
+    }
+
+    /// The length of the longest path.
+    pub fn critical_path_ns(&self) -> u64 {
+        self.critical_path_ns
+    }
+
+    /// The operator nodes of one longest path, in execution order.
+    pub fn critical_path(&self) -> &[u32] {
+        &self.critical_path
+    }
+
+    /// The sum of every node's work: what one thread takes.
+    pub fn total_work_ns(&self) -> u64 {
+        self.total_work_ns
+    }
+
+    /// How many operator nodes the graph has (graph inputs are not run).
+    pub fn operators(&self) -> u64 {
+        self.operators
+    }
+
+    /// Whether some node's kernel has deferred its end, once at least.
+    pub fn defers(&self) -> bool {
+        self.defers
+    }
+
+    /// Whether some operator node's op type has not been measured by a run yet.
+    pub fn unmeasured(&self) -> bool {
+        self.unmeasured
+    }
+
     /// Computes every figure from `g`'s current estimates: linear in nodes and edges, plus the
     /// sorts. Runs call [`Graph::priorities`] instead, which caches the result.
     pub fn compute(g: &Graph) -> Priorities {

@@ -224,6 +224,8 @@ pub(super) fn results(s: &mut Spec) {
         } => is true;
         "a value that is not a graph output":
             gs_result_output(r, ValueRef::new(1, 0), &mut t) => GS_ERR_NOT_AN_OUTPUT, "'two'";
+        "the sentence names the C call that marks an output":
+            gs_result_output(r, ValueRef::new(1, 0), &mut t) => GS_ERR_NOT_AN_OUTPUT, "gs_graph_mark_output";
         "a value that does not exist": gs_result_output(r, ValueRef::new(5, 0), &mut t) => GS_ERR_UNKNOWN_VALUE, "(5, 0)";
         "a NULL out for the stats":
             gs_result_stats(r as *const gs_run_result, null_mut()) => GS_ERR_NULL_ARGUMENT, "'out'";

@@ -29,7 +29,7 @@ impl<'r> RunState<'r> {
     /// Admits a ready node under the memory limit: true if it may run now. Without a limit,
     /// always. A node that cannot run now waits until a release makes room.
     #[inline]
-    pub fn admit(&self, node: u32) -> bool {
+    pub(crate) fn admit(&self, node: u32) -> bool {
         match &self.gate {
             None => true,
             Some(gate) => self.admit_gated(gate, node),
@@ -111,20 +111,20 @@ impl<'r> RunState<'r> {
 
     /// The order a run without an executor follows: the one admission's guarantee is about
     /// under a memory limit, else the topological order.
-    pub fn sequential_order(&self) -> &'r [u32] {
+    pub(crate) fn sequential_order(&self) -> &'r [u32] {
         match self.gate {
             Some(_) => &self.graph.lowest_live_order().order,
             None => self.graph.topological_order(),
         }
     }
 
-    pub fn has_gate(&self) -> bool {
+    pub(crate) fn has_gate(&self) -> bool {
         self.gate.is_some()
     }
 
     /// Called by the run's last active task before it finishes: if nodes still wait for memory
     /// that nothing running will release, admit what fits or fail the run naming the culprit.
-    pub fn resolve_stall(&self, out: &mut Vec<u32>) {
+    pub(crate) fn resolve_stall(&self, out: &mut Vec<u32>) {
         let Some(gate) = &self.gate else { return };
         self.readmit(out, &[]);
         if !out.is_empty() || self.failed() {

@@ -215,7 +215,7 @@ impl RunState<'_> {
     /// Empties the caches into the graph's reserve ([`reserve`](crate::exec::memory::reserve)), or the pool where it has no
     /// room (the caches keep their memory), and adds the counts the threads left with their
     /// caches to the run's. By the caller, once no task is under way.
-    pub fn flush_caches(&mut self) {
+    pub(crate) fn flush_caches(&mut self) {
         let mut gathered = Counts::default();
         for i in 0..self.caches.len() {
             // No task of the run is under way: every cache is the caller's now.

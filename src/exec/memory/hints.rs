@@ -120,7 +120,7 @@ pub(in crate::exec) fn parallel(graph: &Graph, threads: usize, prio: &Arc<Priori
 
 impl Hints {
     /// `prio` with these hints' ordering constraints, or `None` if they have none.
-    pub fn priorities(&self, prio: &Arc<Priorities>) -> Option<Arc<Priorities>> {
+    pub(crate) fn priorities(&self, prio: &Arc<Priorities>) -> Option<Arc<Priorities>> {
         if self.constraints.is_empty() {
             return None;
         }

@@ -105,7 +105,7 @@ impl Reserve {
     /// to it, and the cache starts with up to `LEND` blocks of each size. In a `sequential` run
     /// a cache's blocks stay parked (it counts what it hands out, `BlockCache::unparked`); in a
     /// parallel one they count as live.
-    pub fn open(&mut self, pool: &Arc<Pool>, cache: Option<&mut BlockCache>, sequential: bool) {
+    pub(crate) fn open(&mut self, pool: &Arc<Pool>, cache: Option<&mut BlockCache>, sequential: bool) {
         let keeps = cache.is_some() && pool.config().max_pool_bytes == 0;
         // The lists grow in the first run on a pool and as its result is freed: a later run
         // finds room for as many blocks as that one left.
@@ -133,7 +133,7 @@ impl Reserve {
     }
 
     /// Whether the run on `pool` keeps blocks here.
-    pub fn is_of(&self, pool: &Pool) -> bool {
+    pub(crate) fn is_of(&self, pool: &Pool) -> bool {
         self.pool.as_ref().is_some_and(|p| std::ptr::eq(p.as_ptr(), pool))
     }
 
@@ -144,7 +144,7 @@ impl Reserve {
     /// Up to `count` blocks of `size` bytes for a cache of a run on `pool`, appended to `out`;
     /// how many. `parked`: the cache's blocks are parked (a sequential run's), else they become
     /// live.
-    pub fn take(&self, pool: &Pool, size: usize, count: usize, out: &mut Vec<Buffer>, parked: bool) -> usize {
+    pub(crate) fn take(&self, pool: &Pool, size: usize, count: usize, out: &mut Vec<Buffer>, parked: bool) -> usize {
         let mut bins = self.lock();
         let n = bins.take(size, count, out);
         if !parked && n > 0 {
@@ -156,7 +156,13 @@ impl Reserve {
 
     /// Keeps what it has room for of `blocks`, from a cache of a run on `pool` (parked ones if
     /// `parked`; live ones are parked now); the others go to `refused`, for the pool.
-    pub fn keep(&self, pool: &Pool, blocks: impl Iterator<Item = Buffer>, parked: bool, refused: &mut Vec<Buffer>) {
+    pub(crate) fn keep(
+        &self,
+        pool: &Pool,
+        blocks: impl Iterator<Item = Buffer>,
+        parked: bool,
+        refused: &mut Vec<Buffer>,
+    ) {
         let mut kept = 0;
         let mut bins = self.lock();
         for block in blocks {
@@ -173,7 +179,7 @@ impl Reserve {
 
     /// Keeps `block`, a freed result's output, live until now, if it is of `pool` and there is
     /// room: true if it did (it is parked now).
-    pub fn keep_live(&mut self, pool: &Pool, block: Buffer) -> bool {
+    pub(crate) fn keep_live(&mut self, pool: &Pool, block: Buffer) -> bool {
         if !self.is_of(pool) {
             return false;
         }

@@ -67,6 +67,7 @@ impl RunState<'_> {
         mut cache: Option<&mut BlockCache>,
         scratch: &mut Scratch,
     ) {
+        #[cfg(feature = "fault-injection")]
         crate::exec::fault::check(self.graph, node);
         let g = self.graph;
         // Values this node freed, kept only under a memory limit: admission hears of them

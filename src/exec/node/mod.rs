@@ -28,7 +28,7 @@ impl RunState<'_> {
     /// would have made ready is started. Returns the node if its kernel deferred its end
     /// ([`pending`]): the caller hands the run its counts, then arrives at the node
     /// (`PendingNode::kernel_arrives`), and whoever arrives last ends it (`end_pending_node`).
-    pub fn execute(&self, node: u32, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
+    pub(super) fn execute(&self, node: u32, scratch: &mut Scratch) -> Option<Arc<PendingNode>> {
         if self.failed() || self.stopped() {
             return None;
         }
@@ -59,7 +59,7 @@ impl RunState<'_> {
     }
 
     /// Ends a pending node once its completion came, as `execute` ends any other node.
-    pub fn end_pending_node(&self, pending: &PendingNode, scratch: &mut Scratch) {
+    pub(super) fn end_pending_node(&self, pending: &PendingNode, scratch: &mut Scratch) {
         let (_, node) = pending.run();
         let step = self.steps[node as usize];
         let ended = catch_unwind(AssertUnwindSafe(|| self.end_deferred_call(pending, &step, scratch)));

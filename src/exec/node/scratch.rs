@@ -18,7 +18,7 @@ pub(in crate::exec) struct Counts {
 
 impl Counts {
     /// Adds `other` (a peak counts as the higher of the two).
-    pub fn add(&mut self, other: Counts) {
+    pub(crate) fn add(&mut self, other: Counts) {
         self.nodes_run += other.nodes_run;
         self.acquires += other.acquires;
         self.peak_live = self.peak_live.max(other.peak_live);

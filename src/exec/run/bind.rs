@@ -27,7 +27,7 @@ pub(in crate::exec) fn dynamic_sizes(g: &Graph, bindings: &[InputBinding<'_>]) -
 
 impl RunState<'_> {
     /// Binds graph inputs to caller memory. Before any node runs, on the calling thread.
-    pub fn bind(&mut self, bindings: &[InputBinding<'_>]) -> Result<()> {
+    pub(crate) fn bind(&mut self, bindings: &[InputBinding<'_>]) -> Result<()> {
         let g = self.graph;
         // A slot starts empty (see `exec::state::arrays`) and a binding fills it with a non-NULL pointer:
         // a filled one was bound by an earlier binding.

@@ -79,7 +79,7 @@ impl RunResult {
             false => err(
                 ErrorKind::NotAnOutput,
                 format!(
-                    "output {} of node '{}' is not a graph output; mark it (gs_graph_mark_output) to keep it",
+                    "output {} of node '{}' is not a graph output; mark it as one (GraphBuilder::mark_output) to keep it",
                     value.output,
                     self.graph.node_name(value.node)
                 ),

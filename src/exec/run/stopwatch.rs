@@ -37,7 +37,7 @@ pub(in crate::exec) enum Stopwatch {
 }
 
 impl Stopwatch {
-    pub fn start() -> Stopwatch {
+    pub(crate) fn start() -> Stopwatch {
         let Some(c) = counter() else {
             return Stopwatch::Clock(Instant::now());
         };
@@ -54,7 +54,7 @@ impl Stopwatch {
     }
 
     /// Nanoseconds since [`start`](Self::start).
-    pub fn elapsed_ns(self) -> u64 {
+    pub(crate) fn elapsed_ns(self) -> u64 {
         match self {
             Stopwatch::Clock(at) => at.elapsed().as_nanos() as u64,
             Stopwatch::Ticks(at) => {

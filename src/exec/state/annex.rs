@@ -57,11 +57,11 @@ pub(in crate::exec) struct Step {
 }
 
 impl Step {
-    pub fn values(&self) -> Range<u32> {
+    pub(crate) fn values(&self) -> Range<u32> {
         self.first..self.first + self.outputs
     }
 
-    pub fn inputs(&self) -> Range<usize> {
+    pub(crate) fn inputs(&self) -> Range<usize> {
         self.input_start as usize..self.input_end as usize
     }
 }
@@ -177,7 +177,7 @@ pub(in crate::exec) struct Lent<'g> {
 }
 
 impl<'g> Lent<'g> {
-    pub fn take(graph: &'g Graph) -> Self {
+    pub(crate) fn take(graph: &'g Graph) -> Self {
         Lent {
             arrays: Some(take(graph)),
             graph,
@@ -185,7 +185,7 @@ impl<'g> Lent<'g> {
     }
 
     /// The arrays, to be held by the run's result.
-    pub fn keep(mut self) -> Box<RunArrays> {
+    pub(crate) fn keep(mut self) -> Box<RunArrays> {
         self.arrays.take().expect("lent arrays are kept once")
     }
 }

@@ -134,7 +134,7 @@ impl Drop for SpareArrays {
 
 impl RunArrays {
     /// New arrays for runs of `graph` (without block caches: [`fit_caches`](Self::fit_caches)).
-    pub fn new(graph: &Graph) -> Box<RunArrays> {
+    pub(crate) fn new(graph: &Graph) -> Box<RunArrays> {
         let slots: Box<[UnsafeCell<Slot>]> = (0..graph.value_count())
             .map(|_| UnsafeCell::new(Slot::default()))
             .collect();
@@ -159,7 +159,7 @@ impl RunArrays {
     }
 
     /// Gives the arrays `count` block caches, new ones unless they have as many already.
-    pub fn fit_caches(&mut self, count: usize) {
+    pub(crate) fn fit_caches(&mut self, count: usize) {
         if self.caches.len() != count {
             self.caches = (0..count).map(|_| UnsafeCell::new(BlockCache::new())).collect();
         }
@@ -167,14 +167,14 @@ impl RunArrays {
 
     /// Hands the blocks the last run kept to the caller's cache of a run on `pool`, and readies
     /// the reserve to keep this run's (`Reserve::open`).
-    pub fn open_reserve(&mut self, pool: &Arc<Pool>, sequential: bool) {
+    pub(crate) fn open_reserve(&mut self, pool: &Arc<Pool>, sequential: bool) {
         let cache = self.caches.first_mut().map(UnsafeCell::get_mut);
         self.reserve.open(pool, cache, sequential);
     }
 
     /// The graph's current priorities, with the count of learned samples they are current for:
     /// the ones these arrays kept, if nothing was learned since, else the graph's.
-    pub fn priorities(&mut self, graph: &Graph) -> (Arc<Priorities>, u64) {
+    pub(crate) fn priorities(&mut self, graph: &Graph) -> (Arc<Priorities>, u64) {
         match self.prio.take() {
             Some((prio, samples)) if samples == graph.learned_samples() => (prio, samples),
             _ => graph.current_priorities(),
@@ -183,7 +183,7 @@ impl RunArrays {
 
     /// Sets the counters to where a run starts: `initial_refs` as [`templates`](crate::exec::state::annex::templates) gives them,
     /// `prio` the pending counts.
-    pub fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
+    pub(crate) fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
         for (r, &start) in self.refs.iter_mut().zip(initial_refs) {
             *r.get_mut() = start;
         }

@@ -10,13 +10,13 @@ use crate::exec::run::CancelToken;
 use crate::exec::state::RunState;
 
 impl RunState<'_> {
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
     }
 
     /// Whether the run was cancelled or passed its deadline: if so, records it as the run's
     /// error (once) so that nothing new starts.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         let why = if self.cancel.is_some_and(CancelToken::is_cancelled) {
             ErrorKind::Cancelled
         } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -34,7 +34,7 @@ impl RunState<'_> {
 
     /// The run's error, once it is over (its threads' counts gathered): a stopped run's says
     /// how far it got.
-    pub fn take_error(&mut self) -> Option<Error> {
+    pub(crate) fn take_error(&mut self) -> Option<Error> {
         if !*self.failed.get_mut() {
             return None;
         }
@@ -51,7 +51,7 @@ impl RunState<'_> {
     }
 
     /// Records the run's error if it is the first; later ones are dropped.
-    pub fn fail(&self, e: Error) {
+    pub(crate) fn fail(&self, e: Error) {
         let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(e);

@@ -8,7 +8,7 @@ use crate::exec::state::RunState;
 use crate::trace::NodeEvent;
 
 impl RunState<'_> {
-    pub fn stats(&self) -> (u64, u64, u64) {
+    pub(crate) fn stats(&self) -> (u64, u64, u64) {
         (
             self.nodes_run.load(Ordering::Relaxed),
             self.peak_live.load(Ordering::Relaxed),
@@ -51,7 +51,7 @@ impl RunState<'_> {
     /// Adds the counts of a thread's task to the run's: to the thread's own place in the run if
     /// it has one (plain adds, no line another thread writes), else to the shared counts. Before
     /// the task leaves `active`: that AcqRel decrement publishes them to whoever sees the run end.
-    pub fn flush(&self, scratch: &mut Scratch) {
+    pub(crate) fn flush(&self, scratch: &mut Scratch) {
         let counts = std::mem::take(&mut scratch.counts);
         if let Some(cache) = self.cache(scratch.slot) {
             cache.counts.add(counts);
@@ -78,12 +78,12 @@ impl RunState<'_> {
     }
 
     /// Nanoseconds spent in kernels (traced runs only).
-    pub fn busy_ns(&self) -> u64 {
+    pub(crate) fn busy_ns(&self) -> u64 {
         self.busy_ns.load(Ordering::Relaxed)
     }
 
     /// The nodes executed, in the order they ended (traced runs only).
-    pub fn take_events(&mut self) -> Vec<NodeEvent> {
+    pub(crate) fn take_events(&mut self) -> Vec<NodeEvent> {
         match &mut self.trace {
             Some(t) => std::mem::take(t.events.get_mut().unwrap_or_else(|p| p.into_inner())),
             None => Vec::new(),

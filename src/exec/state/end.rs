@@ -20,7 +20,7 @@ impl RunState<'_> {
     /// engine seldom asks for an input back), so a copy rather than a borrow the result would
     /// have to carry. Before [`end_run`](Self::end_run).
     #[inline]
-    pub fn end_bindings(&mut self) -> Result<()> {
+    pub(crate) fn end_bindings(&mut self) -> Result<()> {
         let g = self.graph;
         for &node in g.graph_inputs() {
             let v = g.node_values(node).start;
@@ -48,7 +48,7 @@ impl RunState<'_> {
     /// they are current for). Only the graph outputs' slots still hold anything: every other
     /// value was freed by its last reader, and the bindings were ended (`end_bindings`); the
     /// arrays go to the result as they are (`recycle::Lent::keep`).
-    pub fn end_run(&mut self) -> Option<(Arc<Priorities>, u64)> {
+    pub(crate) fn end_run(&mut self) -> Option<(Arc<Priorities>, u64)> {
         let g = self.graph;
         debug_assert!(
             (0..g.value_count() as u32).all(|v| {

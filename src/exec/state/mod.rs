@@ -201,7 +201,7 @@ impl<'r> RunState<'r> {
     /// The state of a run of `graph` in `arrays` (`recycle::Lent`, then `fit_caches` to
     /// [`cache_count`](crate::exec::memory::cache::cache_count), and `reset` from the run's templates and
     /// priorities).
-    pub fn new(graph: &'r Graph, pool: &'r Pool, arrays: &'r RunArrays, options: StateOptions<'r>) -> Self {
+    pub(super) fn new(graph: &'r Graph, pool: &'r Pool, arrays: &'r RunArrays, options: StateOptions<'r>) -> Self {
         let StateOptions {
             memory_limit,
             window,
@@ -289,7 +289,7 @@ impl<'r> RunState<'r> {
     }
 
     /// Takes the arena of a planned run from the pool. Before any node runs.
-    pub fn take_arena_from_pool(&mut self) -> Result<()> {
+    pub(super) fn take_arena_from_pool(&mut self) -> Result<()> {
         // The plan belongs to this run's graph: `run` checked it.
         let Some(plan) = self.plan else { return Ok(()) };
         if plan.arena_bytes() > 0 {
@@ -302,7 +302,7 @@ impl<'r> RunState<'r> {
     }
 
     /// Hands the arena to the caller (the result keeps it while it holds graph outputs).
-    pub fn take_arena(&mut self) -> Buffer {
+    pub(super) fn take_arena(&mut self) -> Buffer {
         std::mem::replace(&mut self.arena, Buffer::NONE)
     }
 
@@ -327,18 +327,18 @@ impl<'r> RunState<'r> {
     }
 
     /// The queue band of a node: its priority band under the policy, or 0 for FIFO.
-    pub fn band(&self, node: u32) -> usize {
+    pub(super) fn band(&self, node: u32) -> usize {
         self.prio.band(self.policy, node) + self.band_offset
     }
 
     /// Whether the run is high-priority (`RunPriority::High`).
-    pub fn urgent(&self) -> bool {
+    pub(super) fn urgent(&self) -> bool {
         self.band_offset == 0
     }
 
     /// Which of the nodes `node` just made ready its thread runs next (see
     /// [`Priorities::continuation`]).
-    pub fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
+    pub(super) fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
         // While a high-priority run goes on the threads, a normal run's successors take their
         // turn in the queues, behind its nodes.
         if !self.urgent()

@@ -35,7 +35,7 @@ pub(in crate::exec) struct Overflow {
 }
 
 impl Overflow {
-    pub fn new() -> Overflow {
+    pub(crate) fn new() -> Overflow {
         Overflow {
             tasks: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
@@ -43,14 +43,14 @@ impl Overflow {
     }
 
     /// Whether the queue was empty at its last unlock (see the module docs for what orders it).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len.load(Ordering::Acquire) == 0
     }
 
     /// Queues `tasks` at the back, [`BATCH`] under each lock (a thread taking work waits for
     /// one batch, not for a whole fan-out), raising `bit` in `mask` when the queue was empty.
     #[inline]
-    pub fn push(&self, tasks: impl IntoIterator<Item = Task>, mask: &AtomicU32, bit: u32) {
+    pub(crate) fn push(&self, tasks: impl IntoIterator<Item = Task>, mask: &AtomicU32, bit: u32) {
         let mut tasks = tasks.into_iter();
         // The batch is gathered before the lock: nothing of the caller's runs under it, so the
         // queue, its length and its bit change together or not at all.
@@ -86,7 +86,13 @@ impl Overflow {
     /// The task at the front, with up to half the rest (at most [`BATCH`] and `room`) moved to
     /// `into`, the taker's own deque of the band, under one lock; lowers `bit` in `mask` if that
     /// empties the queue. Returns how many tasks moved, besides the one returned.
-    pub fn take(&self, into: Option<&Worker<Task>>, room: usize, mask: &AtomicU32, bit: u32) -> Option<(Task, usize)> {
+    pub(crate) fn take(
+        &self,
+        into: Option<&Worker<Task>>,
+        room: usize,
+        mask: &AtomicU32,
+        bit: u32,
+    ) -> Option<(Task, usize)> {
         if self.is_empty() {
             return None;
         }

@@ -77,7 +77,7 @@ pub(in crate::exec) struct Borrowed<'q> {
 
 impl Borrowed<'_> {
     /// The set, as the thread's own.
-    pub fn local(&self) -> Local<'_> {
+    pub(crate) fn local(&self) -> Local<'_> {
         Local {
             index: self.index,
             deques: &self.deques,
@@ -87,7 +87,7 @@ impl Borrowed<'_> {
     /// Gives the set back empty: tasks of other runs this caller queued while it helped them go
     /// to the shared queues, where anyone finds them. Returns about how many moved (thieves may
     /// take some meanwhile), for the caller to wake sleepers.
-    pub fn give_back(mut self) -> usize {
+    pub(crate) fn give_back(mut self) -> usize {
         self.empty()
     }
 
@@ -120,7 +120,7 @@ fn band_deques() -> Vec<Worker<Task>> {
 
 impl Queues {
     /// Queues for `workers` workers, whose deque sets are returned in order.
-    pub fn new(workers: usize) -> (Queues, Vec<Vec<Worker<Task>>>) {
+    pub(crate) fn new(workers: usize) -> (Queues, Vec<Vec<Worker<Task>>>) {
         let worker_sets: Vec<Vec<Worker<Task>>> = (0..workers).map(|_| band_deques()).collect();
         let caller_sets: Vec<Vec<Worker<Task>>> = (0..CALLER_SETS).map(|_| band_deques()).collect();
         let sets = worker_sets
@@ -141,12 +141,12 @@ impl Queues {
     }
 
     /// Worker `index`'s own set, from the deques `new` returned for it.
-    pub fn worker_local<'a>(&self, index: usize, deques: &'a [Worker<Task>]) -> Local<'a> {
+    pub(crate) fn worker_local<'a>(&self, index: usize, deques: &'a [Worker<Task>]) -> Local<'a> {
         Local { index, deques }
     }
 
     /// A free callers' set for the calling thread, if one is free.
-    pub fn borrow(&self) -> Option<Borrowed<'_>> {
+    pub(crate) fn borrow(&self) -> Option<Borrowed<'_>> {
         let workers = self.sets.len() - CALLER_SETS;
         self.caller_sets.iter().enumerate().find_map(|(i, set)| {
             // A set whose borrower panicked was emptied on the way out (`Drop`): usable.
@@ -165,7 +165,7 @@ impl Queues {
 
     /// Queues tasks, each in its band (given with it): in the thread's own set while it has one
     /// with room, the rest in the band's shared queue, a run of them of one band under one lock.
-    pub fn push(&self, tasks: impl IntoIterator<Item = (usize, Task)>, local: Option<Local<'_>>) {
+    pub(crate) fn push(&self, tasks: impl IntoIterator<Item = (usize, Task)>, local: Option<Local<'_>>) {
         let mut tasks = tasks.into_iter().peekable();
         while let Some((band, task)) = tasks.next() {
             match local {
@@ -196,7 +196,7 @@ impl Queues {
     /// The most critical task this thread can see: band by band from the most critical, its own
     /// deque, then the band's shared queue, then the other sets from a random one on (as TBB and Taskflow
     /// pick victims: thieves that all started at the same one would contend on it).
-    pub fn find(&self, me: Option<Local<'_>>, random_below: impl Fn(usize) -> usize) -> Option<Task> {
+    pub(crate) fn find(&self, me: Option<Local<'_>>, random_below: impl Fn(usize) -> usize) -> Option<Task> {
         let mine = me.map(|m| m.index);
         let own_mask = me.map_or(0, |m| self.sets[m.index].mask.load(Ordering::Relaxed));
         if let Some(me) = me.filter(|_| own_mask & 1 != 0) {
@@ -275,7 +275,7 @@ impl Queues {
     }
 
     /// Whether any task is queued anywhere (the queues themselves, not the masks).
-    pub fn has_work(&self) -> bool {
+    pub(crate) fn has_work(&self) -> bool {
         self.overflow.iter().any(|o| !o.is_empty()) || self.sets.iter().flat_map(|s| &s.stealers).any(|s| !s.is_empty())
     }
 }

@@ -25,7 +25,7 @@ impl Window {
     /// of its own in the run's `active` count, so that the task that defers it still holds its
     /// own place while it lets go of the lock (a leaver may restart the entry, and the run end,
     /// the moment the lock is free).
-    pub fn enter(&self, node: u32, reserved: bool, count: impl FnOnce()) -> bool {
+    pub(crate) fn enter(&self, node: u32, reserved: bool, count: impl FnOnce()) -> bool {
         if self.running.fetch_add(1, Ordering::AcqRel) < self.cap {
             return true;
         }
@@ -43,7 +43,7 @@ impl Window {
 
     /// Gives the place back; returns a deferred node to start, if any, and whether its memory
     /// is reserved.
-    pub fn leave(&self) -> Option<(u32, bool)> {
+    pub(crate) fn leave(&self) -> Option<(u32, bool)> {
         self.running.fetch_sub(1, Ordering::AcqRel);
         lock(&self.deferred).pop()
     }

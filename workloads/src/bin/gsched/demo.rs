@@ -111,7 +111,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<String, String> {
     drop(progress);
     if let Some(path) = &args.svg {
         let priorities = built.graph.priorities();
-        let svg = demo_svg(&curves, &timeline, &priorities.slack, priorities.critical_path_ns)?;
+        let svg = demo_svg(&curves, &timeline, priorities.slack(), priorities.critical_path_ns())?;
         std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
 
