@@ -73,7 +73,7 @@ impl RunState<'_> {
     /// the run's own code (kernels' are caught around their call) fails the run at the node
     /// under way, before its kernel's end or after, as the general path's guards would.
     fn lean_stretch(&self, order: &[u32], scratch: &mut Scratch) -> usize {
-        if !(self.lean && self.sequential) || self.deadline.is_some() {
+        if !(self.lean && self.sequential) || self.stop.has_deadline() {
             return 0;
         }
         // Where the stretch is, for the guard: the node under way, and whether its kernel's
@@ -100,7 +100,7 @@ impl RunState<'_> {
             self.prefetch_slot(step.first.saturating_add(PREFETCH_AHEAD));
             let off_path = !step.plain || (step.hinted && hinted_run);
             // Without a deadline, only a cancellation stops the run: one load, not a call.
-            let cancelled = self.cancel.is_some_and(|c| c.is_cancelled());
+            let cancelled = self.stop.cancelled();
             if off_path || self.failed() || (cancelled && self.stopped()) {
                 if g.is_graph_input(node) {
                     continue;

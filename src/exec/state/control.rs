@@ -1,7 +1,7 @@
 //! How a run stops: its first error (kept, later ones dropped), cancellation and the deadline,
 //! read between nodes.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -9,17 +9,50 @@ use crate::error::{Error, ErrorKind};
 use crate::exec::run::CancelToken;
 use crate::exec::state::RunState;
 
+/// What stops a run: its first error, a cancellation, its deadline.
+pub(in crate::exec) struct Stop<'r> {
+    /// Set (Release) with the first error, read (Acquire) before starting a node; the error
+    /// itself is behind `error`'s lock.
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    /// Stops the run between nodes.
+    cancel: Option<&'r CancelToken>,
+    deadline: Option<Instant>,
+}
+
+impl<'r> Stop<'r> {
+    pub(in crate::exec) fn new(cancel: Option<&'r CancelToken>, deadline: Option<Instant>) -> Self {
+        Stop {
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            cancel,
+            deadline,
+        }
+    }
+
+    /// Whether the run has a deadline (a driver that never reads the clock must not take it).
+    pub(in crate::exec) fn has_deadline(&self) -> bool {
+        self.deadline.is_some()
+    }
+
+    /// Whether the run's token was cancelled (without recording it: see
+    /// [`RunState::stopped`]).
+    pub(in crate::exec) fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(CancelToken::is_cancelled)
+    }
+}
+
 impl RunState<'_> {
     pub(crate) fn failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire)
+        self.stop.failed.load(Ordering::Acquire)
     }
 
     /// Whether the run was cancelled or passed its deadline: if so, records it as the run's
     /// error (once) so that nothing new starts.
     pub(crate) fn stopped(&self) -> bool {
-        let why = if self.cancel.is_some_and(CancelToken::is_cancelled) {
+        let why = if self.stop.cancelled() {
             ErrorKind::Cancelled
-        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+        } else if self.stop.deadline.is_some_and(|d| Instant::now() >= d) {
             ErrorKind::DeadlineExceeded
         } else {
             return false;
@@ -35,10 +68,10 @@ impl RunState<'_> {
     /// The run's error, once it is over (its threads' counts gathered): a stopped run's says
     /// how far it got.
     pub(crate) fn take_error(&mut self) -> Option<Error> {
-        if !*self.failed.get_mut() {
+        if !*self.stop.failed.get_mut() {
             return None;
         }
-        let e = self.error.get_mut().unwrap_or_else(|p| p.into_inner()).take()?;
+        let e = self.stop.error.get_mut().unwrap_or_else(|p| p.into_inner()).take()?;
         if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::DeadlineExceeded) {
             return Some(e);
         }
@@ -52,10 +85,10 @@ impl RunState<'_> {
 
     /// Records the run's error if it is the first; later ones are dropped.
     pub(crate) fn fail(&self, e: Error) {
-        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.stop.error.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(e);
-            self.failed.store(true, Ordering::Release);
+            self.stop.failed.store(true, Ordering::Release);
         }
     }
 

@@ -25,15 +25,15 @@ mod control;
 mod counts;
 pub(in crate::exec) mod end;
 
-pub(in crate::exec) use control::{lock, panic_text};
+pub(in crate::exec) use control::{lock, panic_text, Stop};
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::memory::admission::{Gate, GateInner};
 use crate::exec::memory::cache::{release, BlockCache};
 use crate::exec::memory::hints::{Hints, NO_HINT};
@@ -120,10 +120,8 @@ pub(in crate::exec) struct RunState<'r> {
     /// exactly once, when the run is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
     /// writes it: on its own cache line.
     pub active: CachePadded<AtomicUsize>,
-    /// Set (Release) with the first error, read (Acquire) before starting a node; the error
-    /// itself is behind `error`'s lock.
-    pub(in crate::exec) failed: AtomicBool,
-    pub(in crate::exec) error: Mutex<Option<Error>>,
+    /// Its first error, cancellation and deadline ([`Stop`]).
+    pub(in crate::exec) stop: Stop<'r>,
     /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
     /// publication: admission reads and raises it only under the gate's lock, and a releaser
     /// lowers it before it takes that lock to readmit, so the lock orders every decision after
@@ -162,9 +160,6 @@ pub(in crate::exec) struct RunState<'r> {
     /// With a static plan: the plan, and the arena its values live in (one pool block per run,
     /// handed to the result with the graph outputs it may hold).
     pub(in crate::exec) plan: Option<&'r Plan>,
-    /// Stops the run between nodes.
-    pub(in crate::exec) cancel: Option<&'r CancelToken>,
-    pub(in crate::exec) deadline: Option<Instant>,
     pub(in crate::exec) arena: Buffer,
     /// Measure kernels and feed the graph's learned estimates.
     pub(in crate::exec) learn: bool,
@@ -232,8 +227,7 @@ impl<'r> RunState<'r> {
             refs: &arrays.refs,
             pending: &arrays.pending,
             active: CachePadded(AtomicUsize::new(0)),
-            failed: AtomicBool::new(false),
-            error: Mutex::new(None),
+            stop: Stop::new(cancel, deadline),
             live: CachePadded(AtomicU64::new(0)),
             peak_live: AtomicU64::new(0),
             acquires: AtomicU64::new(0),
@@ -259,8 +253,6 @@ impl<'r> RunState<'r> {
             lean: cached > 0 && plan.is_none() && !trace && observer.is_none(),
             hints,
             plan,
-            cancel,
-            deadline,
             arena: Buffer::NONE,
             learn,
             trace: trace.then(|| Tracer {
