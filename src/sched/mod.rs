@@ -7,10 +7,10 @@
 //! without stretching the critical path (0 on it). Ties go to the shorter node, then to the earlier
 //! one in topological order, so no two nodes share a rank. Against the tight makespan bound
 //! ([`MakespanBound`]), bottom level first was better on 164 and worse on 2 of 200 random DAGs at 2
-//! threads, and as good or better on the seed pipelines and real graphs (BENCHMARKS.md). The
-//! executor works with priority *bands*: band 0 holds the critical path, band k > 0 nodes whose
-//! slack (or shortfall of bottom level) is at most 2^(k - BANDS + 1) of the critical path, so the
-//! bands resolve small differences finely and large ones coarsely.
+//! threads, and as good or better on the seed pipelines and real graphs (BENCHMARKS.md, "Which
+//! order"). The executor works with priority *bands*: band 0 holds the critical path, band k > 0
+//! nodes whose slack (or shortfall of bottom level) is at most 2^(k - BANDS + 1) of the critical
+//! path, so the bands resolve small differences finely and large ones coarsely.
 //!
 //! [`Graph::priorities`] gives the [`Priorities`] of the current estimates: a pure function of
 //! the graph and them, immutable, shared through an `Arc`, replaced (never changed) when learned
