@@ -8,6 +8,9 @@ use std::sync::Arc;
 use graphsched::exec::fault::panic_after_node;
 use graphsched::{run, ErrorKind, Executor, GraphBuilder, NodeDesc, Pool, RunOptions, ValueRef};
 
+/// The hook is one per process: tests that arm it take turns.
+static HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn noop() -> graphsched::Kernel {
     Box::new(|_| Ok(()))
 }
@@ -16,6 +19,7 @@ fn noop() -> graphsched::Kernel {
 /// killing a worker and leaving the run waiting for ever; the executor stays usable.
 #[test]
 fn an_internal_panic_fails_the_run_and_the_executor_lives_on() {
+    let _turn = HOOK.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = GraphBuilder::new();
     let a = b
         .add_node(NodeDesc::new("fault-injection-a", "Op", noop()).output(64))
@@ -69,6 +73,7 @@ fn an_internal_panic_fails_the_run_and_the_executor_lives_on() {
 /// second release panicked in the run's cleanup).
 #[test]
 fn a_fault_after_an_in_place_node_gives_its_block_back_once() {
+    let _turn = HOOK.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = GraphBuilder::new();
     let a = b.add_node(NodeDesc::new("A", "Make", noop()).output(64)).unwrap();
     let x = NodeDesc::new("fault-in-place", "Relu", noop())

@@ -1,7 +1,6 @@
 //! Memory admission during a run: reservations under the limit, the nodes waiting for memory,
 //! and the last task's stall check. Which node may start is `sched::Admission`'s decision.
 
-use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use crate::error::{err, Error, ErrorKind, Result};
@@ -53,7 +52,7 @@ impl<'r> RunState<'r> {
     /// output (`None`: only the limit applies). Under the gate's lock, so the only concurrent
     /// changes to `live` are releases, which lower it: a stale read only errs on the safe side.
     pub(in crate::exec) fn try_reserve(&self, inner: &mut GateInner<'_>, node: Option<u32>, need: u64) -> bool {
-        let live = self.live.load(Ordering::Relaxed);
+        let live = self.tally.live();
         let admitted = match node {
             Some(node) => inner.admission.try_admit(node, need, live),
             None => live.saturating_add(need) <= inner.admission.limit(),
@@ -103,7 +102,7 @@ impl<'r> RunState<'r> {
             format!(
                 "node {} asked for a {bytes}-byte dynamic output, but {} of the {}-byte memory limit are live",
                 self.graph.node_label(node),
-                self.live.load(Ordering::Relaxed),
+                self.tally.live(),
                 gate.limit
             ),
         )
@@ -133,7 +132,7 @@ impl<'r> RunState<'r> {
         let inner = lock(&gate.inner);
         if let Some(&node) = inner.waiting.first() {
             let need = self.prio.output_bytes[node as usize];
-            let live = self.live.load(Ordering::Relaxed);
+            let live = self.tally.live();
             drop(inner);
             let label = self.graph.node_label(node);
             let message = if need > gate.limit {

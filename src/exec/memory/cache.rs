@@ -228,11 +228,7 @@ impl RunState<'_> {
             }
             cache.streak = (0, 0);
         }
-        *self.busy_ns.get_mut() += gathered.busy_ns;
-        *self.nodes_run.get_mut() += gathered.nodes_run;
-        *self.acquires.get_mut() += gathered.acquires;
-        let peak = self.peak_live.get_mut();
-        *peak = (*peak).max(gathered.peak_live);
+        self.tally.gather(gathered);
     }
 }
 

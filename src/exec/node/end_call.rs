@@ -5,7 +5,6 @@
 //! that ends it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::error::{err, Error, ErrorKind, Result};
@@ -124,7 +123,7 @@ impl RunState<'_> {
                 start_ns: since(t.start),
                 end_ns: since(t.returned),
                 completed_ns: if t.deferred { since(t.end).max(1) } else { 0 },
-                live_bytes: self.live.load(Ordering::Relaxed),
+                live_bytes: self.tally.live(),
                 reserved_bytes: self.pool.reserved_bytes(),
             };
             lock(&trace.events).push(event);

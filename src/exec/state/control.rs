@@ -75,7 +75,7 @@ impl RunState<'_> {
         if !matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::DeadlineExceeded) {
             return Some(e);
         }
-        let done = self.nodes_run.load(Ordering::Relaxed);
+        let done = self.tally.nodes_run();
         let total = self.graph.node_count() - self.graph.graph_inputs().len();
         Some(Error::new(
             e.kind(),

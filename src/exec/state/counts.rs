@@ -1,18 +1,67 @@
 //! What a run counts while it goes: its live bytes and their peak, nodes run, acquires and busy
 //! time; each thread keeps its own during a task and hands them over once (`flush`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::exec::node::scratch::Counts;
+use crate::exec::padded::CachePadded;
 
 use crate::exec::node::scratch::Scratch;
 use crate::exec::state::RunState;
 use crate::trace::NodeEvent;
 
+/// What a run counts while it goes. Its fields are read once the run is over (after its
+/// `active` count reached 0), but for `live`, which admission reads while it goes.
+#[derive(Default)]
+pub(in crate::exec) struct Tally {
+    /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
+    /// publication: admission reads and raises it only under the gate's lock, and a releaser
+    /// lowers it before it takes that lock to readmit, so the lock orders every decision after
+    /// the releases it could depend on. Nothing else is published through it: Relaxed. On an
+    /// executor every node's threads write it: on its own cache line, so that the fields every
+    /// node reads do not go with it.
+    live: CachePadded<AtomicU64>,
+    /// The most `live` reached; with `acquires` and `nodes_run`, counters read once the run is
+    /// over (after `active` reached 0): Relaxed.
+    peak_live: AtomicU64,
+    acquires: AtomicU64,
+    nodes_run: AtomicU64,
+    /// Kernel time of a traced run; a counter like `acquires`.
+    busy_ns: AtomicU64,
+}
+
+impl Tally {
+    /// The run's live bytes now (Relaxed: see `live`).
+    pub(in crate::exec) fn live(&self) -> u64 {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Counts one block taken from the pool outside any thread's counts.
+    pub(in crate::exec) fn count_acquire(&self) {
+        self.acquires.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Nodes run so far (exact once the run is over).
+    pub(in crate::exec) fn nodes_run(&self) -> u64 {
+        self.nodes_run.load(Ordering::Relaxed)
+    }
+
+    /// Adds the threads' counts, gathered once the run is over.
+    pub(in crate::exec) fn gather(&mut self, counts: Counts) {
+        *self.busy_ns.get_mut() += counts.busy_ns;
+        *self.nodes_run.get_mut() += counts.nodes_run;
+        *self.acquires.get_mut() += counts.acquires;
+        let peak = self.peak_live.get_mut();
+        *peak = (*peak).max(counts.peak_live);
+    }
+}
+
 impl RunState<'_> {
     pub(crate) fn stats(&self) -> (u64, u64, u64) {
         (
-            self.nodes_run.load(Ordering::Relaxed),
-            self.peak_live.load(Ordering::Relaxed),
-            self.acquires.load(Ordering::Relaxed),
+            self.tally.nodes_run.load(Ordering::Relaxed),
+            self.tally.peak_live.load(Ordering::Relaxed),
+            self.tally.acquires.load(Ordering::Relaxed),
         )
     }
 
@@ -29,11 +78,11 @@ impl RunState<'_> {
         }
         let now = match self.sequential {
             true => {
-                let now = self.live.load(Ordering::Relaxed) + bytes;
-                self.live.store(now, Ordering::Relaxed);
+                let now = self.tally.live.load(Ordering::Relaxed) + bytes;
+                self.tally.live.store(now, Ordering::Relaxed);
                 now
             }
-            false => self.live.fetch_add(bytes, Ordering::Relaxed) + bytes,
+            false => self.tally.live.fetch_add(bytes, Ordering::Relaxed) + bytes,
         };
         *highest = (*highest).max(now);
     }
@@ -42,9 +91,10 @@ impl RunState<'_> {
     pub(in crate::exec) fn sub_live(&self, bytes: u64) {
         match self.sequential {
             true => self
+                .tally
                 .live
-                .store(self.live.load(Ordering::Relaxed) - bytes, Ordering::Relaxed),
-            false => _ = self.live.fetch_sub(bytes, Ordering::Relaxed),
+                .store(self.tally.live.load(Ordering::Relaxed) - bytes, Ordering::Relaxed),
+            false => _ = self.tally.live.fetch_sub(bytes, Ordering::Relaxed),
         }
     }
 
@@ -58,13 +108,13 @@ impl RunState<'_> {
             return;
         }
         if counts.busy_ns > 0 {
-            self.busy_ns.fetch_add(counts.busy_ns, Ordering::Relaxed);
+            self.tally.busy_ns.fetch_add(counts.busy_ns, Ordering::Relaxed);
         }
         if counts.nodes_run > 0 {
-            self.nodes_run.fetch_add(counts.nodes_run, Ordering::Relaxed);
+            self.tally.nodes_run.fetch_add(counts.nodes_run, Ordering::Relaxed);
         }
         if counts.acquires > 0 {
-            self.acquires.fetch_add(counts.acquires, Ordering::Relaxed);
+            self.tally.acquires.fetch_add(counts.acquires, Ordering::Relaxed);
         }
         self.raise_peak(counts.peak_live);
     }
@@ -72,14 +122,14 @@ impl RunState<'_> {
     /// Raises the run's peak to `highest`, a count of its live bytes some thread saw (a plain
     /// load first: the peak rarely moves).
     pub(in crate::exec) fn raise_peak(&self, highest: u64) {
-        if highest > self.peak_live.load(Ordering::Relaxed) {
-            self.peak_live.fetch_max(highest, Ordering::Relaxed);
+        if highest > self.tally.peak_live.load(Ordering::Relaxed) {
+            self.tally.peak_live.fetch_max(highest, Ordering::Relaxed);
         }
     }
 
     /// Nanoseconds spent in kernels (traced runs only).
     pub(crate) fn busy_ns(&self) -> u64 {
-        self.busy_ns.load(Ordering::Relaxed)
+        self.tally.busy_ns.load(Ordering::Relaxed)
     }
 
     /// The nodes executed, in the order they ended (traced runs only).

@@ -38,7 +38,7 @@ impl RunState<'_> {
             unsafe { std::ptr::copy_nonoverlapping(slot.tensor.data as *const u8, block.as_ptr(), bytes) };
             slot.tensor.data = block.as_ptr().cast();
             slot.buffer = Buffer::new(block.as_ptr().cast(), bytes.max(1));
-            *self.acquires.get_mut() += 1;
+            self.tally.count_acquire();
         }
         Ok(())
     }

@@ -23,13 +23,14 @@ pub(in crate::exec) mod annex;
 pub(in crate::exec) mod arrays;
 mod control;
 mod counts;
+pub(in crate::exec) use counts::Tally;
 pub(in crate::exec) mod end;
 
 pub(in crate::exec) use control::{lock, panic_text, Stop};
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -122,18 +123,8 @@ pub(in crate::exec) struct RunState<'r> {
     pub active: CachePadded<AtomicUsize>,
     /// Its first error, cancellation and deadline ([`Stop`]).
     pub(in crate::exec) stop: Stop<'r>,
-    /// Bytes the run holds: reserved outputs and values not yet released. A counter, not a
-    /// publication: admission reads and raises it only under the gate's lock, and a releaser
-    /// lowers it before it takes that lock to readmit, so the lock orders every decision after
-    /// the releases it could depend on. Nothing else is published through it: Relaxed. On an
-    /// executor every node's threads write it: on its own cache line, so that the fields every
-    /// node reads do not go with it.
-    pub(in crate::exec) live: CachePadded<AtomicU64>,
-    /// The most `live` reached; with `acquires` and `nodes_run`, counters read once the run is
-    /// over (after `active` reached 0): Relaxed.
-    pub(in crate::exec) peak_live: AtomicU64,
-    pub(in crate::exec) acquires: AtomicU64,
-    pub(in crate::exec) nodes_run: AtomicU64,
+    /// Its live bytes and their peak, and what it counts of its nodes ([`Tally`]).
+    pub(in crate::exec) tally: Tally,
     /// Boxed: only memory-limited runs have one (and allocate for their admission anyway),
     /// and every run writes its state whole.
     pub(in crate::exec) gate: Option<Box<Gate<'r>>>,
@@ -164,8 +155,6 @@ pub(in crate::exec) struct RunState<'r> {
     /// Measure kernels and feed the graph's learned estimates.
     pub(in crate::exec) learn: bool,
     pub(in crate::exec) trace: Option<Tracer>,
-    /// Kernel time of a traced run; a counter like `acquires`.
-    pub(in crate::exec) busy_ns: AtomicU64,
     /// Which order: FIFO has one band and no continuations.
     pub(in crate::exec) policy: Policy,
     /// Added to every band: 0 for a high-priority run, [`BANDS`] for a normal one, so that the
@@ -228,10 +217,7 @@ impl<'r> RunState<'r> {
             pending: &arrays.pending,
             active: CachePadded(AtomicUsize::new(0)),
             stop: Stop::new(cancel, deadline),
-            live: CachePadded(AtomicU64::new(0)),
-            peak_live: AtomicU64::new(0),
-            acquires: AtomicU64::new(0),
-            nodes_run: AtomicU64::new(0),
+            tally: Tally::default(),
             gate: (memory_limit > 0).then(|| {
                 Box::new(Gate {
                     limit: memory_limit,
@@ -258,7 +244,6 @@ impl<'r> RunState<'r> {
             trace: trace.then(|| Tracer {
                 events: Mutex::new(Vec::new()),
             }),
-            busy_ns: AtomicU64::new(0),
             policy,
             band_offset: match priority {
                 RunPriority::High => 0,
@@ -287,7 +272,7 @@ impl<'r> RunState<'r> {
         if plan.arena_bytes() > 0 {
             let bytes = plan.arena_bytes() as usize;
             let block = self.pool.acquire_until(bytes, false, NEVER, Owner::Run)?;
-            self.acquires.fetch_add(1, Ordering::Relaxed);
+            self.tally.count_acquire();
             self.arena = Buffer::new(block.as_ptr().cast(), bytes);
         }
         Ok(())
