@@ -63,6 +63,12 @@ impl<'r> RunState<'r> {
             let mut highest = 0;
             self.add_live(need, &mut highest);
             self.raise_peak(highest);
+            // The limit holds: only this lock raises `live` under it (a release only lowers it).
+            debug_assert!(
+                highest <= inner.admission.limit(),
+                "{highest} live bytes admitted under a limit of {}",
+                inner.admission.limit()
+            );
         }
         admitted
     }

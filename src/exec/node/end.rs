@@ -89,7 +89,7 @@ impl RunState<'_> {
             // A value with one read, this one, and no place in the result is done now: its count
             // is nobody else's to decrement, so it is left alone (no atomic on the hot path).
             let only_read = self.initial_refs[v as usize] == 1;
-            if only_read || self.refs[v as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+            if only_read || self.release_ref(v) {
                 if !LEAN && scratch.taken == Some(v) {
                     // Its buffer lives on as this node's output: only the value goes.
                     // SAFETY: the last reference is gone; only this thread touches the slot.
@@ -119,9 +119,26 @@ impl RunState<'_> {
         for &s in self.prio.successors_in(self.policy, node) {
             // A successor whose only producer is this node is ready now, its count untouched.
             let only_producer = self.prio.initial_pending[s as usize] == 1;
-            if only_producer || self.pending[s as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+            if only_producer || self.producer_done(s) {
                 ready.push(s);
             }
         }
+    }
+
+    /// Drops one reference to value `v`; true for the last (see `RunState::refs`).
+    #[inline(always)]
+    fn release_ref(&self, v: u32) -> bool {
+        let before = self.refs[v as usize].fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "value {v} released more often than it is read");
+        before == 1
+    }
+
+    /// Counts one producer of node `s` done; true when it was the last (see
+    /// `RunState::pending`).
+    #[inline(always)]
+    fn producer_done(&self, s: u32) -> bool {
+        let before = self.pending[s as usize].fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "node {s} made ready more often than it has producers");
+        before == 1
     }
 }

@@ -195,7 +195,12 @@ impl PendingNode {
 
     /// One arrival; true for the last.
     fn arrive(&self) -> bool {
-        self.arrivals.fetch_sub(1, Ordering::AcqRel) == 1
+        let before = self.arrivals.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(
+            matches!(before, 1 | 2),
+            "a pending node has two arrivals; {before} were left"
+        );
+        before == 1
     }
 
     /// In a run on its calling thread alone: waits until the completion came (the kernel has

@@ -94,7 +94,12 @@ impl RunState<'_> {
                 .tally
                 .live
                 .store(self.tally.live.load(Ordering::Relaxed) - bytes, Ordering::Relaxed),
-            false => _ = self.tally.live.fetch_sub(bytes, Ordering::Relaxed),
+            false => {
+                let before = self.tally.live.fetch_sub(bytes, Ordering::Relaxed);
+                // A value's bytes are counted before any reader can free it (its producer
+                // counts them before it runs), so the count never goes below 0.
+                debug_assert!(before >= bytes, "{bytes} live bytes released of {before}");
+            }
         }
     }
 

@@ -133,6 +133,7 @@ impl Shared {
                     continue;
                 }
             }
+            debug_assert!(active > 0, "a task leaves a run it is counted in");
             match state
                 .active
                 .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)

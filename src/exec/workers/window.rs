@@ -44,7 +44,8 @@ impl Window {
     /// Gives the place back; returns a deferred node to start, if any, and whether its memory
     /// is reserved.
     pub(crate) fn leave(&self) -> Option<(u32, bool)> {
-        self.running.fetch_sub(1, Ordering::AcqRel);
+        let before = self.running.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "a window place given back that nobody held");
         lock(&self.deferred).pop()
     }
 }
