@@ -15,6 +15,10 @@ cargo test --locked --workspace --features graphsched/fault-injection
 echo "== clippy: no warning, and every unsafe block states why it is sound"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
+echo "== loom on the real code: the executor's sleep and a run's window, in every interleaving up to 3 preemptions"
+LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test --locked --release --lib --quiet loom_
+
 echo "== docs that cannot go stale: rustdoc with warnings as errors (broken intra-doc links), and rustfmt"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --quiet
 # The internals too: a module's docs name the items they rely on as links, so a rename that

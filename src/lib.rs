@@ -53,6 +53,7 @@ pub mod plan;
 pub mod pool;
 pub mod sched;
 pub mod sim;
+mod sync;
 pub mod tensor;
 pub mod trace;
 

@@ -227,11 +227,7 @@ impl<'r> RunState<'r> {
                     }),
                 })
             }),
-            window: window.map(|cap| Window {
-                cap: cap.max(1),
-                running: AtomicU32::new(0),
-                deferred: Mutex::new(Vec::new()),
-            }),
+            window: window.map(Window::new),
             caches: &arrays.caches,
             steps,
             initial_refs,
