@@ -1,5 +1,5 @@
-//! A loom model of the executor's run-completion protocol (`src/exec/executor.rs`,
-//! `src/exec/state.rs`, `src/sched/admission.rs`), checked over every interleaving of two threads
+//! A loom model of the executor's run-completion protocol (`src/exec/workers/`,
+//! `src/exec/state/`, `src/sched/admission.rs`), checked over every interleaving of two threads
 //! up to a preemption bound, the way crossbeam checks its deque. The model is in `loom/mod.rs`
 //! and `loom/admission.rs`, each part beside the real function it mirrors; this file holds the
 //! graphs and the checks.
@@ -33,7 +33,7 @@
 //!   A node's rank (the order of `waiting`) is its index.
 //! - Threads: the caller (loom's main thread) and one worker (`Shared::worker_main`), as on an
 //!   `Executor::new(2)`.
-//! - Pending nodes (`src/exec/pending.rs`): a deferring node's kernel hands its work to "the
+//! - Pending nodes (`src/exec/node/pending.rs`): a deferring node's kernel hands its work to "the
 //!   device", a queue that whichever thread finds no task serves, so that the completion may come
 //!   from the other thread before the kernel's thread arrives, or after. The kernel's thread hands
 //!   the run its counts, then arrives; the device writes the node's output, then arrives; the last
@@ -513,7 +513,7 @@ fn mutation_slack_check_short_is_caught() {
     );
 }
 
-/// Pending nodes (`src/exec/pending.rs`): the diamond's B and C defer to the device, which a
+/// Pending nodes (`src/exec/node/pending.rs`): the diamond's B and C defer to the device, which a
 /// thread runs while it has no task: it writes the node's output and completes it, before or
 /// after the node's kernel returns. Their consumer D reads the device's writes (loom's cells),
 /// and the run ends once, after both completions.

@@ -1,4 +1,4 @@
-//! The small blocks a graph keeps between its runs (`exec/reserve.rs`): the next run takes
+//! The small blocks a graph keeps between its runs (`exec/memory/reserve.rs`): the next run takes
 //! them instead of the pool's, they never show as live, and they go back to their pool when
 //! the graph goes, runs on another pool, or runs on a pool with a byte cap; a pool freed first
 //! takes them with it.
@@ -53,7 +53,7 @@ fn a_graph_run_again_and_again_takes_its_blocks_from_its_reserve_not_the_pool() 
                 most = most.max(runs(&graph, &pool, &options, 1).acquires);
             }
             let after = pool.stats();
-            // On an executor too: a chain runs on its caller (`tests/serial.rs`).
+            // On an executor too: a chain runs on its caller (`tests/chains_on_caller.rs`).
             assert_eq!(
                 most, 0,
                 "a steady run took {most} blocks from the pool (parallel: {parallel})"

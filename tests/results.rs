@@ -1,4 +1,4 @@
-//! A result holds its run's arrays (`exec/run.rs`): its outputs are read where the run left
+//! A result holds its run's arrays (`exec/run/`): its outputs are read where the run left
 //! them, later runs of the graph take other arrays while it lives, and dropping it, on any
 //! thread, in any order, gives its blocks and the arrays back. It owns all it shows: a binding
 //! marked as a graph output is copied.

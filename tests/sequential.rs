@@ -1,4 +1,4 @@
-//! The sequential driver's lean stretches (`exec/serial.rs`): a run on its caller takes most of
+//! The sequential driver's lean stretches (`exec/sequential.rs`): a run on its caller takes most of
 //! its nodes in one loop that checks the run's conditions once. What a node does there must be
 //! what it does anywhere: a fresh descriptor for every output, a failure or a cancellation that
 //! stops the run at that node with nothing left allocated, a deferred node waited for, and the

@@ -98,7 +98,7 @@ fn a_steady_run_without_an_executor_allocates_nothing() {
 
 /// On an executor, the calling thread queues into a deque set of its own, which holds up to 63
 /// tasks per band without allocating; past that, tasks go to the band's shared queue, which keeps
-/// its buffer from run to run (`exec/overflow.rs`): a steady fan of 300, which overflows the
+/// its buffer from run to run (`exec/workers/overflow.rs`): a steady fan of 300, which overflows the
 /// caller's deque, allocates nothing, nor does a chain, which continues on one thread. With a
 /// worker too, it takes its work from the shared queue into its own deque, which has room. The
 /// wide fan's values also go through the central pool, past the threads' caches.

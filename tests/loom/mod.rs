@@ -127,7 +127,7 @@ struct Task {
     end: bool,
 }
 
-/// `PendingNode` (`src/exec/pending.rs`): the two arrivals, the kernel's return and the
+/// `PendingNode` (`src/exec/node/pending.rs`): the two arrivals, the kernel's return and the
 /// completion; the one that takes the count to 0 resumes the node.
 struct PendingNode {
     arrivals: AtomicU32,
