@@ -5,7 +5,8 @@
 # run side by side, many times, compare. The other revision is built in a git worktree beside the
 # repository (removed afterwards).
 # Usage: benches/c/compare_overhead.sh REV [ROUNDS] [THREADS]
-#   THREADS: 2 (default), 1, or seq (graphsched without an executor, against oneTBB on 1).
+#   THREADS: 2 (default), 1, seq (graphsched without an executor, against oneTBB on 1), or
+#   forced (graphsched kept on its 2 threads, GS_RUN_FORCE_EXECUTOR, against oneTBB on 2).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 rev="${1:?usage: benches/c/compare_overhead.sh REV [ROUNDS] [THREADS]}"
@@ -26,6 +27,10 @@ cmake --build "$other/build-bench" -j "$jobs" --target overhead_graphsched >/dev
 # run NAME PROGRAM: one round of PROGRAM, its lines tagged with NAME.
 run() {
   local env=("OH_THREADS=$threads")
+  if [ "$threads" = forced ]; then
+    env=("OH_THREADS=2")
+    [ "$1" = tbb ] || env+=("OH_FORCE_EXECUTOR=1")
+  fi
   if [ "$threads" = seq ]; then
     env=("OH_SEQUENTIAL=1")
     [ "$1" = tbb ] && env=("OH_THREADS=1")
