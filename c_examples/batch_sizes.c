@@ -1,5 +1,5 @@
 /*
- * batch_sizes: one graph whose input changes size from run to run, run at batch 1, 4 and 16.
+ * batch_sizes: one graph whose input changes size from run to run, run at batch 0, 1, 4 and 16.
  *
  *   x (GS_SIZE_DYNAMIC: batch x 4 floats) -> dense (x W, W 4x3) -> relu -> out (batch x 3)
  *                                                                       -> total (1 float)
@@ -10,7 +10,8 @@
  * before reuse that work and, with GS_RUN_AUTO_PLAN, their plan. Every run's results are
  * checked against the same arithmetic done here, on the calling thread and on an executor; a
  * size function that refuses a size fails the run with a message naming the node, and the graph
- * runs again afterwards.
+ * runs again afterwards. Batch 0 is an empty tensor (a detector that found nothing): bound with
+ * a NULL pointer, every value but the total has 0 bytes at GS_EMPTY_DATA, and the total is 0.
  */
 #include <graphsched.h>
 #include <stdlib.h>
@@ -81,7 +82,7 @@ static void run_batch(const gs_graph *g, gs_pool *pool, gs_value x, gs_value out
     static _Alignas(16) float xs[MAX_BATCH * IN];
     for (int r = 0; r < batch; r++)
         for (int i = 0; i < IN; i++) xs[r * IN + i] = (float)((r + i) % 5) - 1.5f;
-    gs_input_binding bind = {.value = x, .tensor = {.data = xs, .nbytes = (size_t)batch * IN * sizeof(float)}};
+    gs_input_binding bind = {.value = x, .tensor = {.data = batch ? xs : NULL, .nbytes = (size_t)batch * IN * sizeof(float)}};
     gs_run_options opts = {.inputs = &bind, .num_inputs = 1, .executor = ex, .flags = flags};
     gs_run_result *r;
     CHECK_OK(gs_run(g, pool, &opts, &r));
@@ -89,6 +90,7 @@ static void run_batch(const gs_graph *g, gs_pool *pool, gs_value x, gs_value out
     CHECK_OK(gs_result_output(r, out, &y));
     CHECK_OK(gs_result_output(r, sum, &t));
     CHECK(y.nbytes == (size_t)batch * OUT * sizeof(float), "batch %d: out has %zu bytes", batch, y.nbytes);
+    CHECK(batch > 0 || y.data == GS_EMPTY_DATA, "batch 0: out's data is %p, not GS_EMPTY_DATA", y.data);
     const float *ys = y.data;
     float want_total = 0;
     for (int r = 0; r < batch; r++)
@@ -132,7 +134,7 @@ int main(void) {
     gs_executor_config cfg = {.threads = 2};
     CHECK_OK(gs_executor_new(&cfg, &ex));
 
-    static const int batches[] = {1, 4, 16, 4, 1, 16};
+    static const int batches[] = {1, 4, 0, 16, 4, 0, 1, 16};
     for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
         run_batch(g, pool, x, av, sv, NULL, 0, batches[i]);
         run_batch(g, pool, x, av, sv, ex, 0, batches[i]);
@@ -150,7 +152,7 @@ int main(void) {
     CHECK(strstr(gs_last_error_message(), "'dense'") != NULL, "message: %s", gs_last_error_message());
     run_batch(g, pool, x, av, sv, ex, 0, 4); /* and the graph runs again */
 
-    printf("batch_sizes: batch 1, 4 and 16, on the calling thread and on 2 threads, with and without plans\n");
+    printf("batch_sizes: batch 0, 1, 4 and 16, on the calling thread and on 2 threads, with and without plans\n");
     gs_executor_free(ex);
     gs_pool_free(pool);
     gs_graph_free(g);

@@ -27,6 +27,10 @@
 /* Output size meaning "the kernel allocates this output with gs_ctx_alloc_output". */
 #define GS_SIZE_DYNAMIC SIZE_MAX
 
+/* Where the data of every tensor of 0 bytes points: not NULL, GS_ALIGNMENT-aligned, owned by
+ * nothing and never to be read or written (an empty batch, a zero-sized dimension). */
+#define GS_EMPTY_DATA ((void *)(uintptr_t)GS_ALIGNMENT)
+
 
 // Major version this header declares: the crate's, checked when the library builds.
 #define GS_VERSION_MAJOR 0
@@ -254,7 +258,7 @@ typedef struct gs_run_result gs_run_result;
 // value the engine chooses; `dims`/`strides` hold `ndim` entries (strides in elements).
 typedef struct gs_tensor {
   // First byte of the buffer; borrowed, never freed through the descriptor. NULL for a
-  // dynamic output not allocated yet.
+  // dynamic output not allocated yet; [`EMPTY_DATA`] for a value of 0 bytes.
   void *data;
   // Bytes of meaningful data at `data`; at most the buffer's size.
   size_t nbytes;
@@ -297,13 +301,13 @@ typedef int32_t (*gs_kernel_fn)(struct gs_kernel_ctx *ctx, void *user_data);
 // A node's size function, for graphs with inputs of dynamic size: from the sizes of the values
 // the node reads (`input_sizes[i]` for input slot `i`; `GS_SIZE_DYNAMIC` for one not known
 // before its kernel runs) to its output sizes. `output_sizes` holds the declared sizes on entry;
-// overwrite any with a positive byte count, or `GS_SIZE_DYNAMIC` to leave the output to the
+// overwrite any with a byte count (0 for an empty tensor), or `GS_SIZE_DYNAMIC` to leave the output to the
 // kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
 // not seen before, in topological order, on the thread that called `gs_run` (so possibly on
 // several threads at once, for runs started at once); return 0, or non-zero to fail the run
-// (`GS_ERR_KERNEL_FAILED`, naming the node). An output size of 0 fails the run with
-// `GS_ERR_KERNEL_FAILED`, and one larger than a buffer can be (`PTRDIFF_MAX - 4096` bytes, or
-// outputs adding up to more) with `GS_ERR_SIZE_OVERFLOW`, both naming the node and the output.
+// (`GS_ERR_KERNEL_FAILED`, naming the node). An output size larger than a buffer can be
+// (`PTRDIFF_MAX - 4096` bytes, or outputs adding up to more) fails the run with
+// `GS_ERR_SIZE_OVERFLOW`, naming the node and the output.
 // A C++ exception must not leave it.
 typedef int32_t (*gs_size_fn)(const size_t *input_sizes,
                               uint32_t num_inputs,
@@ -455,7 +459,8 @@ typedef struct gs_pool_stats {
 
 // Caller memory for one graph input. `tensor.nbytes` must equal the input's declared size and
 // `tensor.data` be 16-byte aligned; kernels only read it. The memory must stay valid, and
-// unwritten, until `gs_run` returns.
+// unwritten, until `gs_run` returns. A binding of 0 bytes (an empty batch) may point anywhere,
+// NULL included: kernels see it as every empty tensor, at `GS_EMPTY_DATA`.
 typedef struct gs_input_binding {
   // The graph input, as `gs_graph_add_input` returned it.
   struct gs_value value;

@@ -32,7 +32,7 @@
 use std::ffi::{c_void, CStr, CString};
 
 use crate::error::{err, ErrorKind, Result};
-use crate::tensor::{Tensor, ALIGNMENT};
+use crate::tensor::Tensor;
 
 /// A kernel: reads the inputs and writes the outputs of its node through the context. An error
 /// string stops the run and is reported with the node's name.
@@ -173,7 +173,7 @@ impl KernelCtx<'_> {
         }
         // An empty output gets a dangling, aligned pointer: nothing to allocate or give back.
         let ptr = match nbytes {
-            0 => ALIGNMENT as *mut c_void,
+            0 => crate::tensor::EMPTY_DATA,
             _ => dynamic.allocate(i, nbytes)?,
         };
         let slot = &mut self.outputs[i];
@@ -309,6 +309,14 @@ impl Buffer {
     /// No buffer: a null pointer and no bytes.
     pub(crate) const NONE: Buffer = Buffer {
         ptr: std::ptr::null_mut(),
+        capacity: 0,
+        block: 0,
+    };
+
+    /// The buffer of a value of 0 bytes: [`EMPTY_DATA`](crate::tensor::EMPTY_DATA), nothing to
+    /// give back.
+    pub(crate) const EMPTY: Buffer = Buffer {
+        ptr: crate::tensor::EMPTY_DATA,
         capacity: 0,
         block: 0,
     };

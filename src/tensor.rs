@@ -40,6 +40,14 @@ pub const MAX_DIMS: usize = 8;
 /// Buffer alignment every value's data pointer honours.
 pub const ALIGNMENT: usize = 16;
 
+/// Where the `data` of a value of 0 bytes points: a non-NULL address, [`ALIGNMENT`]-aligned,
+/// that no allocation owns. An empty tensor (a batch of 0, a zero-sized dimension) has nothing to
+/// read or write; its data is never dereferenced, so the same address serves every one, the
+/// bindings of 0 bytes included (whatever pointer the caller bound, NULL too).
+// An address with no provenance, never dereferenced (`ptr::without_provenance_mut` in const
+// needs Rust 1.84; the crate supports 1.81).
+pub const EMPTY_DATA: *mut c_void = ALIGNMENT as *mut c_void;
+
 /// Largest size of one buffer (one value, one node's outputs together, one pool block): what
 /// `Layout` accepts with room for alignment.
 pub const MAX_VALUE_BYTES: usize = isize::MAX as usize - 4096;
@@ -53,7 +61,7 @@ pub const MAX_VALUE_BYTES: usize = isize::MAX as usize - 4096;
 #[derive(Clone, Copy, Debug)]
 pub struct Tensor {
     /// First byte of the buffer; borrowed, never freed through the descriptor. NULL for a
-    /// dynamic output not allocated yet.
+    /// dynamic output not allocated yet; [`EMPTY_DATA`] for a value of 0 bytes.
     pub data: *mut c_void,
     /// Bytes of meaningful data at `data`; at most the buffer's size.
     pub nbytes: usize,

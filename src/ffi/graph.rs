@@ -45,13 +45,13 @@ pub type gs_kernel_fn = Option<unsafe extern "C" fn(ctx: *mut gs_kernel_ctx, use
 /// A node's size function, for graphs with inputs of dynamic size: from the sizes of the values
 /// the node reads (`input_sizes[i]` for input slot `i`; `GS_SIZE_DYNAMIC` for one not known
 /// before its kernel runs) to its output sizes. `output_sizes` holds the declared sizes on entry;
-/// overwrite any with a positive byte count, or `GS_SIZE_DYNAMIC` to leave the output to the
+/// overwrite any with a byte count (0 for an empty tensor), or `GS_SIZE_DYNAMIC` to leave the output to the
 /// kernel. Called with the node's `user_data` before any kernel of a run whose input sizes were
 /// not seen before, in topological order, on the thread that called `gs_run` (so possibly on
 /// several threads at once, for runs started at once); return 0, or non-zero to fail the run
-/// (`GS_ERR_KERNEL_FAILED`, naming the node). An output size of 0 fails the run with
-/// `GS_ERR_KERNEL_FAILED`, and one larger than a buffer can be (`PTRDIFF_MAX - 4096` bytes, or
-/// outputs adding up to more) with `GS_ERR_SIZE_OVERFLOW`, both naming the node and the output.
+/// (`GS_ERR_KERNEL_FAILED`, naming the node). An output size larger than a buffer can be
+/// (`PTRDIFF_MAX - 4096` bytes, or outputs adding up to more) fails the run with
+/// `GS_ERR_SIZE_OVERFLOW`, naming the node and the output.
 /// A C++ exception must not leave it.
 #[allow(non_camel_case_types)]
 pub type gs_size_fn = Option<

@@ -68,7 +68,8 @@ pub(crate) fn policy_from_c(policy: u32) -> Result<Policy, FfiError> {
 
 /// Caller memory for one graph input. `tensor.nbytes` must equal the input's declared size and
 /// `tensor.data` be 16-byte aligned; kernels only read it. The memory must stay valid, and
-/// unwritten, until `gs_run` returns.
+/// unwritten, until `gs_run` returns. A binding of 0 bytes (an empty batch) may point anywhere,
+/// NULL included: kernels see it as every empty tensor, at `GS_EMPTY_DATA`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gs_input_binding {

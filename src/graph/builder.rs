@@ -352,12 +352,6 @@ impl GraphBuilder {
 }
 
 fn check_size(nbytes: usize, what: &str) -> Result<()> {
-    if nbytes == 0 {
-        return err(
-            ErrorKind::InvalidArgument,
-            format!("{what} has size 0; give a positive byte count, or mark it dynamic (GS_SIZE_DYNAMIC)"),
-        );
-    }
     if nbytes > MAX_VALUE_BYTES {
         return err(
             ErrorKind::SizeOverflow,

@@ -46,8 +46,8 @@ impl Graph {
 
     /// The graph for these input sizes, one per [`dynamic input`](Graph::dynamic_inputs) in
     /// order: every size function applied, made once per set of sizes and kept. Fails with
-    /// [`ErrorKind::InputBinding`] for a size that is 0 or too large, and with
-    /// [`ErrorKind::KernelFailed`] when a size function fails or gives 0 bytes,
+    /// [`ErrorKind::InputBinding`] for a size too large (0 is an empty tensor), and with
+    /// [`ErrorKind::KernelFailed`] when a size function fails,
     /// [`ErrorKind::KernelPanicked`] when it panics and [`ErrorKind::SizeOverflow`] when it gives
     /// too many bytes, naming the node.
     pub fn specialize(&self, sizes: &[usize]) -> Result<Arc<Graph>> {
@@ -64,11 +64,11 @@ impl Graph {
             );
         }
         for (&node, &bytes) in inputs.iter().zip(sizes) {
-            if bytes == 0 || bytes > MAX_VALUE_BYTES {
+            if bytes > MAX_VALUE_BYTES {
                 return err(
                     ErrorKind::InputBinding,
                     format!(
-                        "graph input '{}' is bound to {bytes} bytes; a buffer has 1 to {MAX_VALUE_BYTES} bytes",
+                        "graph input '{}' is bound to {bytes} bytes; a buffer has at most {MAX_VALUE_BYTES} bytes",
                         self.node_name(node)
                     ),
                 );
@@ -151,7 +151,6 @@ impl Graph {
                         }
                         OutputSize::Dynamic
                     }
-                    0 => return Err(failed(format!("gave output {k} a size of 0 bytes"))),
                     b if b > MAX_VALUE_BYTES => {
                         return Err(overflow(format!(
                             "gave output {k} {b} bytes, more than one buffer can have"

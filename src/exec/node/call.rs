@@ -236,6 +236,10 @@ impl RunState<'_> {
                 let OutputSize::Bytes(n) = g.value_size(v) else {
                     break 'placed Ok(Buffer::NONE);
                 };
+                if n == 0 {
+                    // An empty tensor: no block, wherever a plan would put it.
+                    break 'placed Ok(Buffer::EMPTY);
+                }
                 let hint = self.hint(v);
                 if let Some(input) = self.take_over(node, k as u32, n) {
                     // SAFETY: the producer of `input` finished, and this node is its last reader.

@@ -5,7 +5,7 @@ use crate::exec::run::InputBinding;
 use crate::exec::state::{RunState, Slot};
 use crate::graph::Graph;
 use crate::kernel::Buffer;
-use crate::tensor::ALIGNMENT;
+use crate::tensor::{Tensor, ALIGNMENT, EMPTY_DATA};
 
 /// The sizes `bindings` give the graph's inputs of dynamic size, in the order of
 /// `Graph::dynamic_inputs` (the first binding of an input counts; `bind` reports a second).
@@ -64,6 +64,17 @@ impl RunState<'_> {
                         tensor.nbytes
                     ),
                 );
+            }
+            if tensor.nbytes == 0 {
+                // An empty tensor: whatever the caller bound, NULL too, kernels see EMPTY_DATA.
+                *self.slot_mut(v) = Slot {
+                    tensor: Tensor {
+                        data: EMPTY_DATA,
+                        ..tensor
+                    },
+                    buffer: Buffer::NONE,
+                };
+                continue;
             }
             if tensor.data.is_null() {
                 return err(

@@ -39,7 +39,7 @@ pub(in crate::exec) struct Step {
     pub input_start: u32,
     pub input_end: u32,
     /// Its outputs can take the short path (`RunState::place_plain`): each statically sized and
-    /// small enough for the threads' caches, none in place, none cleared.
+    /// small enough for the threads' caches but not empty, none in place, none cleared.
     pub plain: bool,
     /// One of its outputs has no reader and is no graph output: it goes as the node ends.
     pub unread: bool,
@@ -98,9 +98,12 @@ fn bin(graph: &Graph) -> &Bin {
         let plain = !graph.is_graph_input(node)
             && graph.in_place(node).is_none()
             && !graph.zero_output(node)
-            && values
-                .clone()
-                .all(|v| graph.value_size(v).bytes().is_some_and(|n| n <= CACHE_MAX_BYTES));
+            && values.clone().all(|v| {
+                graph
+                    .value_size(v)
+                    .bytes()
+                    .is_some_and(|n| n > 0 && n <= CACHE_MAX_BYTES)
+            });
         Step {
             first: values.start,
             outputs: values.len() as u32,

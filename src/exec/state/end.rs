@@ -31,13 +31,17 @@ impl RunState<'_> {
                 continue;
             }
             let bytes = slot.tensor.nbytes;
-            let block = pool.acquire_until(bytes.max(1), false, NEVER, Owner::Run)?;
+            if bytes == 0 {
+                // An empty binding's descriptor already points at EMPTY_DATA: nothing to copy.
+                continue;
+            }
+            let block = pool.acquire_until(bytes, false, NEVER, Owner::Run)?;
             // SAFETY: the binding is readable for `nbytes` bytes while the run goes on (its
             // contract, checked against the input's size), and the block just taken holds at
             // least as many, overlapping nothing.
             unsafe { std::ptr::copy_nonoverlapping(slot.tensor.data as *const u8, block.as_ptr(), bytes) };
             slot.tensor.data = block.as_ptr().cast();
-            slot.buffer = Buffer::new(block.as_ptr().cast(), bytes.max(1));
+            slot.buffer = Buffer::new(block.as_ptr().cast(), bytes);
             self.tally.count_acquire();
         }
         Ok(())
