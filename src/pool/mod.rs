@@ -3,7 +3,8 @@
 //! Two tiers share the same memory:
 //! - requests below `large_threshold_bytes` (default 1 KiB) come from size-class *slabs*
 //!   (less than 16 bytes or 12.5% of slack per block), each slab a 16 KiB-or-larger chunk of the
-//!   arena;
+//!   arena; a run's small values, whose sizes are many and whose blocks are few, take 64-byte
+//!   grains of the slabs' arena instead (`central::from_slabs`);
 //! - larger requests take the best-fitting free block of the *arena*: anonymous mmap regions
 //!   (1 GiB of address space each by default, committed only as pages are touched), split on
 //!   acquire and coalesced on release, in 64-byte grains (64-byte aligned).
