@@ -452,7 +452,7 @@ impl Pool {
                 ..st.stats
             }
         };
-        self.heaps.add_counts(&mut stats);
+        self.heaps.add_counts(self, &mut stats);
         stats
     }
 
