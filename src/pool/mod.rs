@@ -163,8 +163,9 @@ impl Pool {
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     #[inline]
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        // What `check_request` accepts: no further checks inline.
-        if nbytes != 0 && nbytes <= MAX_VALUE_BYTES {
+        // What `check_request` accepts, and what a heap records (1 TiB: past it, the central
+        // pool): no further checks inline.
+        if nbytes != 0 && nbytes < out_table::MAX_REQUEST {
             if let Some(addr) = self.heaps.acquire(self, nbytes) {
                 return Ok(self.hand_out(addr, nbytes, zero));
             }

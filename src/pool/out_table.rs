@@ -3,7 +3,7 @@
 //! and leaves it for the owner to collect (mimalloc's remote frees), instead of visiting the
 //! heap under its lock (a swap per heap and, with the lock biased, a process-wide barrier).
 //!
-//! **The table.** Open addressing with linear probing, 24-byte slots of atomics. A slot's key is
+//! **The table.** Open addressing with linear probing, 16-byte slots of atomics. A slot's key is
 //! `EMPTY`, `TOMB` (its block went back: probes go on past it), a block's address (out, not
 //! released), or that address with `CLAIMED` set (released by another thread, waiting for the
 //! holder of the heap's lock to collect it). Addresses are 16-byte aligned, so the low four bits
@@ -54,20 +54,40 @@ pub(super) struct Out {
 #[derive(Default)]
 struct Slot {
     key: AtomicUsize,
-    requested: AtomicUsize,
-    /// `block << 8 | class`.
-    block_class: AtomicUsize,
+    /// `requested << 24 | (block - requested) << 8 | class` (see [`MAX_REQUEST`]).
+    info: AtomicU64,
 }
 
+/// Requests a heap records must be below this (1 TiB), so that a slot packs its block in two
+/// words; a block wastes less than 2 ^ 16 bytes (a slab class less than 12.5% of at most
+/// 64 KiB, an arena block less than its 64-byte grain). Larger ones take the central path.
+pub(super) const MAX_REQUEST: usize = if usize::BITS > 40 {
+    1 << (40 % usize::BITS)
+} else {
+    usize::MAX
+};
+
 impl Slot {
+    /// Writes an entry into this free slot (`EMPTY` or `TOMB`: no other thread writes it).
+    #[inline]
+    fn fill(&self, key: usize, out: Out) {
+        let slack = out.block - out.requested;
+        debug_assert!(out.requested < MAX_REQUEST && slack < 1 << 16);
+        let info = (out.requested as u64) << 24 | (slack as u64) << 8 | u64::from(out.class);
+        self.info.store(info, Ordering::Relaxed);
+        // Release: a claiming thread that reads the key reads the fields above.
+        self.key.store(key, Ordering::Release);
+    }
+
     /// Its fields: the caller read its key with Acquire (or wrote them).
     #[inline]
     fn out(&self) -> Out {
-        let bc = self.block_class.load(Ordering::Relaxed);
+        let info = self.info.load(Ordering::Relaxed);
+        let requested = (info >> 24) as usize;
         Out {
-            block: bc >> 8,
-            requested: self.requested.load(Ordering::Relaxed),
-            class: bc as u8,
+            block: requested + (info >> 8 & 0xFFFF) as usize,
+            requested,
+            class: info as u8,
         }
     }
 }
@@ -92,7 +112,7 @@ impl Table {
 
     #[inline]
     fn home(&self, addr: usize) -> usize {
-        ((addr as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+        home(addr, self.shift)
     }
 
     #[inline]
@@ -109,11 +129,7 @@ impl Table {
             let slot = &self.slots[i];
             let k = slot.key.load(Ordering::Relaxed);
             if k == EMPTY || k == TOMB {
-                slot.requested.store(out.requested, Ordering::Relaxed);
-                slot.block_class
-                    .store(out.block << 8 | usize::from(out.class), Ordering::Relaxed);
-                // Release: a claiming thread that reads the key reads the fields above.
-                slot.key.store(key, Ordering::Release);
+                slot.fill(key, out);
                 return (i, k == EMPTY);
             }
             i = self.next(i);
@@ -179,15 +195,18 @@ impl Shared {
 
 /// The holder of the heap's lock's side of the record.
 pub(super) struct OutTable {
-    /// The table in use.
+    /// The table in use: its slots and the shift of its hash, copied here so that the path of
+    /// every acquire and release reaches a slot with one load less.
+    slots: *const Slot,
+    shift: u32,
     table: Box<Table>,
     /// The tables it replaced, kept until the heap goes (see the module docs). Boxed: other
     /// threads may hold a table's address, which must not move when the list grows.
     #[allow(clippy::vec_box)]
     retired: Vec<Box<Table>>,
-    /// Entries out (claimed ones included), and slots not `EMPTY` in the current table.
-    live: usize,
+    /// Slots not `EMPTY` in the current table, and how many it may have before a rebuild.
     used: usize,
+    limit: usize,
 }
 
 impl OutTable {
@@ -199,28 +218,66 @@ impl OutTable {
             pending: AtomicBool::new(false),
         };
         let out = OutTable {
+            slots: table.slots.as_ptr(),
+            shift: table.shift,
             table,
             retired: Vec::new(),
-            live: 0,
             used: 0,
+            limit: limit(MIN_SLOTS),
         };
         (out, shared)
     }
 
-    /// Records `addr` (not in the record) as out.
+    /// Records `addr` (not in the record) as out. Its home slot, when free, inline (a block
+    /// given back and taken again finds its own tombstone there); a probe, out of line.
     #[inline]
     pub fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
-        if (self.used + 1) * 4 > self.table.slots.len() * 3 {
+        let slot = self.home_slot(addr);
+        let k = slot.key.load(Ordering::Relaxed);
+        if k == TOMB || (k == EMPTY && self.used < self.limit) {
+            slot.fill(addr, out);
+            self.used += (k == EMPTY) as usize;
+            return;
+        }
+        self.insert_slow(shared, addr, out);
+    }
+
+    /// The home slot of `addr` in the current table.
+    #[inline]
+    fn home_slot(&self, addr: usize) -> &Slot {
+        let i = home(addr, self.shift);
+        // SAFETY: `slots` and `shift` are the current table's (`rebuild` keeps them so), whose
+        // slots this record owns; `home` is below the table's length, 2 ^ (64 - shift).
+        unsafe { &*self.slots.add(i) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn insert_slow(&mut self, shared: &Shared, addr: usize, out: Out) {
+        if self.used >= self.limit {
             self.rebuild(shared);
         }
         let (_, was_empty) = self.table.put(addr, out);
         self.used += was_empty as usize;
-        self.live += 1;
     }
 
-    /// Removes the entry of `addr`, if it is out and not claimed.
+    /// Removes the entry of `addr`, if it is out and not claimed: found in its home slot
+    /// inline, further on out of line.
     #[inline]
     pub fn remove(&mut self, addr: usize) -> Option<Out> {
+        let slot = self.home_slot(addr);
+        if slot.key.load(Ordering::Relaxed) == addr {
+            let out = slot.out();
+            // A plain store: see below.
+            slot.key.store(TOMB, Ordering::Relaxed);
+            return Some(out);
+        }
+        self.remove_slow(addr)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn remove_slow(&mut self, addr: usize) -> Option<Out> {
         let table = &self.table;
         let mut i = table.home(addr);
         loop {
@@ -231,7 +288,6 @@ impl OutTable {
                 // A plain store: only a second release of the block at the same moment could
                 // claim it meanwhile (module docs).
                 slot.key.store(TOMB, Ordering::Relaxed);
-                self.live -= 1;
                 return Some(out);
             }
             if k == EMPTY {
@@ -268,7 +324,6 @@ impl OutTable {
                 if k & CLAIMED != 0 {
                     let out = slot.out();
                     slot.key.store(TOMB, Ordering::Relaxed);
-                    self.live -= 1;
                     f(k & !CLAIMED, out);
                 }
             }
@@ -281,7 +336,7 @@ impl OutTable {
     #[inline(never)]
     fn rebuild(&mut self, shared: &Shared) {
         let old = &self.table;
-        let mut entries = Vec::with_capacity(self.live);
+        let mut entries = Vec::with_capacity(self.used);
         for slot in old.slots.iter() {
             match slot.key.load(Ordering::Relaxed) {
                 EMPTY => {}
@@ -301,6 +356,7 @@ impl OutTable {
             shared.current.store(&mut *table, Ordering::Release);
             let old = std::mem::replace(&mut self.table, table);
             self.retired.push(old);
+            (self.slots, self.shift) = (self.table.slots.as_ptr(), self.table.shift);
         }
         let table = &self.table;
         for &(k, out) in &entries {
@@ -311,8 +367,28 @@ impl OutTable {
             }
         }
         self.used = entries.len();
-        self.live = entries.len();
+        self.limit = limit(table.slots.len());
     }
+
+    /// Entries out, claimed ones included (for tests: a scan).
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        let taken = |s: &Slot| !matches!(s.key.load(Ordering::Relaxed), EMPTY | TOMB);
+        self.table.slots.iter().filter(|s| taken(s)).count()
+    }
+}
+
+/// The home slot of `addr` in a table of 2 ^ (64 - `shift`) slots: the top bits of a
+/// multiplicative hash (addresses share their low bits).
+#[inline]
+fn home(addr: usize, shift: u32) -> usize {
+    ((addr as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+}
+
+/// Slots a table of `slots` may have taken (entries and tombstones) before a rebuild: three
+/// quarters, so that probes stay short and always end.
+fn limit(slots: usize) -> usize {
+    slots / 4 * 3
 }
 
 #[cfg(test)]
@@ -321,7 +397,7 @@ mod tests {
 
     fn out(n: usize) -> Out {
         Out {
-            block: n * 16,
+            block: n.next_multiple_of(64),
             requested: n,
             class: (n % 7) as u8,
         }
@@ -344,7 +420,7 @@ mod tests {
         assert_eq!(t.remove(7), None, "never inserted");
         let left = (1..=300).filter(|a| t.remove(a * 64).is_some()).count();
         assert_eq!(left, 300 - 100 - 7);
-        assert_eq!(t.live, 0);
+        assert_eq!(t.live(), 0);
     }
 
     #[test]
@@ -377,7 +453,7 @@ mod tests {
         assert_eq!(got, vec![(5 * 64, out(5)), (50 * 64, out(50))]);
         t.collect(&shared, |_, _| panic!("collected twice"));
         assert!(!shared.pending());
-        assert_eq!(t.live, 58);
+        assert_eq!(t.live(), 58);
     }
 
     /// Threads claim the blocks while the holder inserts, removes and rebuilds: every block
@@ -432,6 +508,6 @@ mod tests {
         t.collect(&shared, |addr, _| back[addr / 64] += 1);
         assert_eq!(claimed.load(Ordering::Relaxed), N / 4);
         assert!(back[1..].iter().all(|&b| b == 1), "every block back once");
-        assert_eq!(t.live, 0);
+        assert_eq!(t.live(), 0);
     }
 }
