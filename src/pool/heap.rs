@@ -216,12 +216,19 @@ impl Heap {
     /// was being rebuilt): the caller takes the exact path.
     #[inline]
     pub fn claim(&self, pool: &Pool, addr: usize) -> bool {
-        self.shared.claim(addr, |out| {
-            if sanitize::active() {
-                sanitize::retire(pool.mempool, addr as *const u8);
-                sanitize::hide(addr as *const u8, out.block);
-            }
-        })
+        let ptr = addr as *const u8;
+        self.shared.claim(
+            addr,
+            |out| {
+                if sanitize::active() {
+                    sanitize::retire(pool.mempool, ptr);
+                    sanitize::hide(ptr, out.block);
+                }
+            },
+            // The swap failed: the block is the caller's again, as it was handed out, for the
+            // exact path to retire once.
+            |out| sanitize::announce(pool.mempool, ptr, out.requested),
+        )
     }
 
     /// Takes back a block it has out, for its owner; false if it has no such block out.

@@ -159,8 +159,9 @@ impl Shared {
     /// the heap had it out, unreleased (see the module docs): then `before` has been called with
     /// what the heap knows of it, just before the block became the heap's again, and the
     /// holder of the lock collects it later. False proves nothing: the caller takes the exact
-    /// path.
-    pub fn claim(&self, addr: usize, before: impl FnOnce(Out)) -> bool {
+    /// path. `undo` is called instead of returning true when the swap fails after `before`
+    /// (a rebuild moved the key meanwhile): the block is still out, as `before` found it.
+    pub fn claim(&self, addr: usize, before: impl FnOnce(Out), undo: impl FnOnce(Out)) -> bool {
         // SAFETY: tables are freed only when the heap goes (`OutTable` keeps every one ever
         // published: `table` and `retired`), and the heap outlives this call (the pool holds it).
         let table = unsafe { &*self.current.load(Ordering::Acquire) };
@@ -173,14 +174,18 @@ impl Shared {
                 // The block is out of this heap and the caller owns it: nobody else touches it
                 // until the swap below makes it the heap's again, so `before` (which hides it
                 // from the memory checkers) runs first and cannot be late.
-                before(slot.out());
+                let out = slot.out();
+                before(out);
                 let claimed = slot
                     .key
                     .compare_exchange(addr, addr | CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok();
-                if claimed {
-                    table.mark_claimed(i);
-                    self.pending.store(true, Ordering::Release);
+                match claimed {
+                    true => {
+                        table.mark_claimed(i);
+                        self.pending.store(true, Ordering::Release);
+                    }
+                    false => undo(out),
                 }
                 return claimed;
             }
@@ -430,23 +435,18 @@ mod tests {
             t.insert(&shared, a * 64, out(a));
         }
         let mut seen = Vec::new();
-        assert!(shared.claim(5 * 64, |o| seen.push(o)));
+        assert!(shared.claim(5 * 64, |o| seen.push(o), |_| panic!("undone")));
         assert_eq!(seen, vec![out(5)]);
-        assert!(
-            !shared.claim(5 * 64, |_| panic!("claimed twice")),
-            "a second claim fails"
-        );
-        assert!(
-            !shared.claim(41 * 64, |_| panic!("not out")),
-            "a block not out is no claim"
-        );
+        let never = |_| panic!("a claim that finds nothing calls nothing");
+        assert!(!shared.claim(5 * 64, never, never), "a second claim fails");
+        assert!(!shared.claim(41 * 64, never, never), "a block not out is no claim");
         assert_eq!(t.remove(5 * 64), None, "a claimed block cannot be removed");
         assert!(shared.pending());
         // A rebuild keeps the claim (forced by filling the table past three quarters).
         for a in 41..=60usize {
             t.insert(&shared, a * 64, out(a));
         }
-        assert!(shared.claim(50 * 64, |_| {}));
+        assert!(shared.claim(50 * 64, |_| {}, |_| {}));
         let mut got = Vec::new();
         t.collect(&shared, |a, o| got.push((a, o)));
         got.sort_by_key(|g| g.0);
@@ -476,7 +476,8 @@ mod tests {
                             Some(0) => return,
                             Some(a) => {
                                 // The holder's rebuild may hide a key for a moment: retry.
-                                while !shared.claim(a * 64, |o| assert_eq!(o, out(a))) {
+                                let check = |o| assert_eq!(o, out(a));
+                                while !shared.claim(a * 64, check, check) {
                                     std::hint::spin_loop();
                                 }
                                 claimed.fetch_add(1, Ordering::Relaxed);
