@@ -8,6 +8,10 @@
  *                                     input, `late` reads through it after the run released that
  *                                     buffer (its last reader, stash, had finished)
  *   pool_misuse write-past N          `overrun` writes one byte past its N-byte output
+ *   pool_misuse release-elsewhere N   no graph: this thread takes N bytes with gs_pool_acquire,
+ *                                     another thread gives them back with gs_pool_release (which
+ *                                     claims the block in this thread's heap, without its lock),
+ *                                     then `read_late` reads them here
  *   ... executor                      either case with a 2-thread executor (the graph is a chain,
  *                                     so the run still takes the calling thread)
  *   ... forced                        on the 2-thread executor's threads (GS_RUN_FORCE_EXECUTOR),
@@ -21,6 +25,7 @@
  * multiple of 64, so the byte lands in the block's own slack and not in a neighbour.
  */
 #include <graphsched.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "check.h"
@@ -64,6 +69,32 @@ static int32_t overrun(gs_kernel_ctx *ctx, void *user) {
     return 0;
 }
 
+static gs_pool *released_from;
+
+static void *release_there(void *block) {
+    CHECK_OK(gs_pool_release(released_from, block));
+    return NULL;
+}
+
+/* The bug of release-elsewhere: a read of a block another thread released. */
+__attribute__((noinline)) static unsigned char read_late(const volatile unsigned char *p) {
+    return p[0];
+}
+
+static int release_elsewhere(size_t n) {
+    CHECK_OK(gs_pool_new(NULL, &released_from));
+    unsigned char *p;
+    CHECK_OK(gs_pool_acquire(released_from, n, (void **)&p));
+    memset(p, 7, n);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, release_there, p) == 0, "pthread_create");
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    unsigned char seen = read_late(p);
+    printf("pool_misuse release-elsewhere %zu: no tool reported it (read %u)\n", n, seen);
+    gs_pool_free(released_from);
+    return 0;
+}
+
 static uint32_t add(gs_graph *g, const char *name, gs_kernel_fn kernel, const gs_value *input, size_t size) {
     uint32_t id;
     gs_node_desc d = {.name = name, .kernel = kernel, .inputs = input, .num_inputs = input ? 1 : 0,
@@ -88,6 +119,9 @@ int main(int argc, char **argv) {
     }
     size_t n = (size_t)strtoull(argv[2], NULL, 10);
     CHECK(n > 0, "NBYTES must be positive");
+    if (strcmp(argv[1], "release-elsewhere") == 0) {
+        return release_elsewhere(n);
+    }
     gs_graph *g;
     CHECK_OK(gs_graph_new(&g));
     uint32_t last;

@@ -279,10 +279,11 @@ fn kernel_contract_violations_are_reported() {
 #[test]
 fn zero_output_clears_reused_memory() {
     let pool = pool();
-    // Leave a dirty block of the right class in the cache.
-    let p = pool.acquire(256, false).unwrap();
-    // SAFETY: 256 bytes just acquired.
-    unsafe { p.as_ptr().write_bytes(0xAB, 256) };
+    // Leave a dirty block where the run's output will go: an arena block (a run's small values
+    // take their own grains, never a slab block `acquire` handed out).
+    let p = pool.acquire(4096, false).unwrap();
+    // SAFETY: 4096 bytes just acquired.
+    unsafe { p.as_ptr().write_bytes(0xAB, 4096) };
     // SAFETY: acquired above, not used after.
     unsafe { pool.release(p) }.unwrap();
     let mut b = GraphBuilder::new();
@@ -295,7 +296,7 @@ fn zero_output_clears_reused_memory() {
                 false => Err("output was not cleared".into()),
             }),
         )
-        .output(256)
+        .output(4096)
         .zero_output(),
     )
     .unwrap();

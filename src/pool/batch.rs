@@ -6,7 +6,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use super::central::Request;
+use super::central::{from_slabs, Request};
 use super::{Owner, Pool, NEVER};
 use crate::error::Result;
 
@@ -60,7 +60,7 @@ impl Pool {
             at: None,
         };
         let large_threshold = self.config.large_threshold_bytes;
-        let small = (inner as u64) < large_threshold;
+        let small = from_slabs(inner, owner, large_threshold);
         let mut result = Ok(());
         let mut taken = 0;
         while taken < count {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use super::arena::GRAIN;
 use super::central::Locked;
 use super::heap_lock::HeapLock;
-use super::out_table::{Out, OutTable};
+use super::out_table::{Out, OutTable, Shared};
 use super::sanitize;
 use super::slab::Classes;
 use super::{Pool, PoolStats};
@@ -32,8 +32,11 @@ pub(super) struct Heap {
     /// Bytes it has out, as its last call left them: the central pool's peak adds them.
     pub live: AtomicU64,
     /// Bytes of free blocks in its bins, as its last call left them: a settle visits only heaps
-    /// that have some.
+    /// that have some (or claims to collect).
     pub free: AtomicUsize,
+    /// What other threads reach of its record of blocks out without its lock: a release from
+    /// another thread claims its block there (`out_table.rs`).
+    pub shared: Shared,
     state: UnsafeCell<HeapState>,
 }
 
@@ -88,7 +91,6 @@ impl Bin {
 }
 
 /// What a heap's lock guards.
-#[derive(Default)]
 pub(super) struct HeapState {
     /// Free blocks of the slab classes, by class index.
     small: Box<[Bin]>,
@@ -99,6 +101,9 @@ pub(super) struct HeapState {
     large_free_bytes: usize,
     /// Blocks handed out.
     out: OutTable,
+    /// Blocks other threads released, on their way from `out` to the bins (kept for its
+    /// memory).
+    collected: Vec<(usize, Out)>,
     stats: PoolStats,
 }
 
@@ -139,22 +144,30 @@ impl Drop for HeapGuard<'_> {
 impl Heap {
     /// A heap for a pool of `classes` slab classes.
     pub fn new(classes: usize) -> Heap {
+        let (out, shared) = OutTable::new();
         Heap {
             lock: HeapLock::new(),
             owned: AtomicBool::new(true),
             live: AtomicU64::new(0),
             free: AtomicUsize::new(0),
+            shared,
             state: UnsafeCell::new(HeapState {
                 small: (0..classes).map(|_| Bin::default()).collect(),
-                ..HeapState::default()
+                large: Vec::new(),
+                free_bytes: 0,
+                large_free_bytes: 0,
+                out,
+                collected: Vec::new(),
+                stats: PoolStats::default(),
             }),
         }
     }
 
-    /// Its state, for its owner: the calling thread owns the heap (`heaps.rs`).
+    /// Its state, for its owner: the calling thread owns the heap (`heaps.rs`). `count`: the
+    /// call counts towards the lock's windows (`heap_lock.rs`).
     #[inline]
-    fn own(&self) -> HeapGuard<'_> {
-        self.lock.enter_owned();
+    fn own(&self, count: bool) -> HeapGuard<'_> {
+        self.lock.enter_owned(count);
         HeapGuard {
             heap: self,
             owned: true,
@@ -178,7 +191,7 @@ impl Heap {
     /// request whose bin has a block is served inline, a refill out of line.
     #[inline]
     pub fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
-        let mut st = self.own();
+        let mut st = self.own(true);
         let (block, class) = match pool.is_small(nbytes) {
             true => {
                 let class = classes.index(nbytes);
@@ -191,37 +204,76 @@ impl Heap {
             if class == 0 {
                 st.large_free_bytes -= block;
             }
-            st.hand_out(pool, addr, block, nbytes, class, true);
+            st.hand_out(pool, &self.shared, addr, block, nbytes, class, true);
             return Some(addr);
         }
         acquire_slow(st, pool, nbytes, block, class)
     }
 
+    /// Takes back `addr` for a thread that does not hold the heap's lock, if the heap has it
+    /// out: claims it (`out_table.rs`), hidden from the memory checkers first, for the lock's
+    /// next holder to collect. False if it could not be claimed (not out here, or the record
+    /// was being rebuilt): the caller takes the exact path.
+    #[inline]
+    pub fn claim(&self, pool: &Pool, addr: usize) -> bool {
+        let ptr = addr as *const u8;
+        self.shared.claim(
+            addr,
+            |out| {
+                if sanitize::active() {
+                    sanitize::retire(pool.mempool, ptr);
+                    sanitize::hide(ptr, out.block);
+                }
+            },
+            // The swap failed: the block is the caller's again, as it was handed out, for the
+            // exact path to retire once.
+            |out| sanitize::announce(pool.mempool, ptr, out.requested),
+        )
+    }
+
     /// Takes back a block it has out, for its owner; false if it has no such block out.
     #[inline]
     pub fn take_back(&self, pool: &Pool, addr: usize) -> bool {
-        self.own().take_back(pool, addr)
+        self.own(false).take_back(pool, addr)
     }
 
     /// Gives its free blocks back to the central pool, for its owner.
     pub fn drain_own(&self, pool: &Pool) {
-        self.own().drain(pool);
+        self.own(false).drain(pool);
     }
 }
 
-impl HeapState {
-    /// Gives its free blocks back to the central pool.
+impl HeapGuard<'_> {
+    /// Collects the blocks other threads released (claimed in its record) into its bins.
+    pub fn collect(&mut self, pool: &Pool) {
+        let shared = &self.heap.shared;
+        if !shared.pending() {
+            return;
+        }
+        let st = &mut **self;
+        let mut got = std::mem::take(&mut st.collected);
+        st.out.collect(shared, |addr, out| got.push((addr, out)));
+        // Hidden from the checkers already, by the releasing thread.
+        got.drain(..).for_each(|(addr, out)| st.put_back(pool, addr, out));
+        st.collected = got;
+    }
+
+    /// Gives its free blocks back to the central pool, those other threads released included.
     pub fn drain(&mut self, pool: &Pool) {
+        self.collect(pool);
         if self.free_bytes > 0 {
             self.give_back_all(&mut pool.lock(), false);
         }
     }
 
-    /// Its counts.
-    pub fn counts(&self) -> PoolStats {
+    /// Its counts, the blocks other threads released taken back first.
+    pub fn counts(&mut self, pool: &Pool) -> PoolStats {
+        self.collect(pool);
         self.stats
     }
+}
 
+impl HeapState {
     /// Restarts its peak at `now`.
     pub fn reset_peak(&mut self, now: u64) {
         self.stats.peak_live_bytes = now;
@@ -232,8 +284,19 @@ impl HeapState {
     /// Records `addr` (a block of `block` bytes, `class` as in [`Out`]) as handed out for
     /// `nbytes`; `hit` if it came from a bin.
     #[inline]
-    fn hand_out(&mut self, pool: &Pool, addr: usize, block: usize, nbytes: usize, class: u8, hit: bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn hand_out(
+        &mut self,
+        pool: &Pool,
+        shared: &Shared,
+        addr: usize,
+        block: usize,
+        nbytes: usize,
+        class: u8,
+        hit: bool,
+    ) {
         self.out.insert(
+            shared,
             addr,
             Out {
                 block,
@@ -311,6 +374,14 @@ impl HeapState {
             sanitize::retire(pool.mempool, addr as *const u8);
             sanitize::hide(addr as *const u8, out.block);
         }
+        self.put_back(pool, addr, out);
+        true
+    }
+
+    /// Counts `addr` (handed out as `out`, now hidden from the checkers) as released and puts
+    /// it in its bin if there is room, else back to the central pool.
+    #[inline]
+    fn put_back(&mut self, pool: &Pool, addr: usize, out: Out) {
         self.stats.releases += 1;
         self.stats.live_bytes -= out.requested as u64;
         let fits = self.free_bytes + out.block <= HEAP_FREE_BYTES;
@@ -322,7 +393,6 @@ impl HeapState {
         } else {
             self.put_back_slow(pool, addr, out.block, fits && out.class == 0);
         }
-        true
     }
 
     /// The rest of [`take_back`](Self::take_back): a large block that fits under the heap's
@@ -345,8 +415,20 @@ impl HeapState {
 #[cold]
 #[inline(never)]
 fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, nbytes: usize, block: usize, class: u8) -> Option<usize> {
-    let (addr, hit) = refill(&mut st, pool, nbytes, block, class)?;
-    st.hand_out(pool, addr, block, nbytes, class, hit);
+    // Blocks other threads released may refill the bin.
+    st.collect(pool);
+    let (addr, hit) = match st.bin_of(block, class).and_then(Bin::pop) {
+        Some(addr) => {
+            st.free_bytes -= block;
+            if class == 0 {
+                st.large_free_bytes -= block;
+            }
+            (addr, true)
+        }
+        None => refill(&mut st, pool, nbytes, block, class)?,
+    };
+    let shared = &st.heap.shared;
+    st.hand_out(pool, shared, addr, block, nbytes, class, hit);
     Some(addr)
 }
 

@@ -39,7 +39,7 @@
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-/// Every `WINDOW` of its owner's calls, a heap reconsiders its bias. A window with
+/// Every `WINDOW` of its owner's counted calls (acquires), a heap reconsiders its bias. A window with
 /// `WINDOW_VISITS` visits or more turns it off: a visit costs a barrier (0.3-3 us) where the
 /// bias saves the owner about 10 ns a call, so past one visit in about 100 calls the bias loses.
 /// It comes back on after quiet windows in a row (fewer than `WINDOW_VISITS` visits each): 2 the
@@ -90,9 +90,11 @@ impl HeapLock {
         }
     }
 
-    /// Takes the lock as the heap's owner (the calling thread owns the heap).
+    /// Takes the lock as the heap's owner (the calling thread owns the heap). Calls with
+    /// `count` make the windows in which the owner reconsiders its bias: its acquires (every
+    /// pair has one; a release need not pay for the count).
     #[inline]
-    pub fn enter_owned(&self) {
+    pub fn enter_owned(&self, count: bool) {
         // Relaxed: only the owner changes it, and this is the owner.
         let biased = self.biased.load(Ordering::Relaxed);
         if biased {
@@ -107,10 +109,12 @@ impl HeapLock {
         } else {
             self.take_visitor();
         }
-        let calls = self.calls.load(Ordering::Relaxed) + 1;
-        self.calls.store(calls, Ordering::Relaxed);
-        if calls == WINDOW {
-            self.reconsider(biased);
+        if count {
+            let calls = self.calls.load(Ordering::Relaxed) + 1;
+            self.calls.store(calls, Ordering::Relaxed);
+            if calls == WINDOW {
+                self.reconsider(biased);
+            }
         }
     }
 
@@ -174,7 +178,7 @@ impl HeapLock {
     /// lets the heap go (its thread exits). A heap nobody owns cannot reconsider its bias, and
     /// every visit of it would pay the barrier.
     pub fn unbias(&self) {
-        self.enter_owned();
+        self.enter_owned(false);
         if self.biased.load(Ordering::Relaxed) {
             self.switch_off();
         }
@@ -233,6 +237,12 @@ impl HeapLock {
     #[cfg(test)]
     fn is_biased(&self) -> bool {
         self.biased.load(Ordering::Relaxed)
+    }
+
+    /// Visits so far (for tests).
+    #[cfg(test)]
+    pub fn visits(&self) -> u32 {
+        self.visits.load(Ordering::Relaxed)
     }
 }
 
@@ -394,7 +404,7 @@ mod tests {
         // The owner goes on for as long as the visitors do, noting the bias it sees.
         let (mut owned, mut seen) = (0, [false; 2]);
         while running.load(Ordering::Acquire) > 0 {
-            g.lock.enter_owned();
+            g.lock.enter_owned(true);
             bump(&g);
             seen[g.lock.is_biased() as usize] = true;
             g.lock.leave_owned();

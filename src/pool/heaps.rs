@@ -13,16 +13,21 @@
 //! - A heap's state is guarded by the heap's own lock (`heap_lock.rs`), biased to its owner.
 //!   The owning thread takes it on each call with plain stores and loads, on a line no one else
 //!   writes; other threads visit (a swap, and a process-wide memory barrier once for all the
-//!   heaps a call visits) to release a block the heap handed out, and to drain it or read its
-//!   counts. A heap has at most one owner: a thread's `LAST` names a heap only while the thread
+//!   heaps a call visits) to drain it or read its counts. A release from another thread takes
+//!   no lock: it *claims* the block in the owning heap's record of blocks out with one
+//!   compare-and-swap (`out_table.rs`), and the heap's next miss, drain or count collects it
+//!   into its bins; only a claim that fails (a block not out of any heap, or a record being
+//!   rebuilt) visits the heaps. A heap has at most one owner: a thread's `LAST` names a heap only while the thread
 //!   holds it (`Attached`). Lock order: heaps (in the list's order), then the central mutex;
 //!   never the other way round.
 //! - A block lent to a heap is in exactly one place: that heap's free bins or its table of
-//!   blocks out. A release looks in the caller's heap first, then in the others; a pointer that
+//!   blocks out (where a claimed block still counts as out until collected). A release looks
+//!   in the caller's heap first, then claims in the others, then visits them; a pointer that
 //!   no heap has out goes to the central pool, which refuses it when it is lent (it is free in a
-//!   heap's bins: released already) or unknown. So double and foreign releases are still refused
-//!   exactly, from any thread, and a release from another thread takes only the owning heap's
-//!   lock.
+//!   heap's bins, or claimed: released already) or unknown. So double and foreign releases are
+//!   still refused exactly, from any thread (two releases of one block *at the same moment* from
+//!   two threads are outside the checks: `out_table.rs`), and a release from another thread
+//!   takes no lock.
 //! - Heaps live as long as their pool (a lock-free list that only grows). A thread that exits
 //!   leaves its heap, bins and blocks out included, to the next thread that needs one.
 //!
@@ -42,7 +47,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::heap::{Heap, HeapState};
+use super::heap::{Heap, HeapGuard};
 use super::heap_lock::visit_all;
 use super::slab::Classes;
 use super::{Pool, PoolStats};
@@ -213,9 +218,17 @@ impl Heaps {
         own.is_some_and(|heap| heap.take_back(pool, addr)) || self.release_elsewhere(pool, addr, own)
     }
 
-    /// Takes back `addr` if a heap other than `own` has it out: visits them all at once.
+    /// Takes back `addr` if a heap other than `own` has it out: claims it in that heap's
+    /// record without its lock (`out_table.rs`); failing that, visits them all at once, which
+    /// is exact.
     #[cold]
     fn release_elsewhere(&self, pool: &Pool, addr: usize, own: Option<&Heap>) -> bool {
+        let others = self.iter().filter(|h| !own.is_some_and(|o| ptr::eq(*h, o)));
+        for heap in others {
+            if heap.claim(pool, addr) {
+                return true;
+            }
+        }
         let mut found = false;
         self.visit(own, |_| true, |st| found = found || st.take_back(pool, addr));
         found
@@ -223,7 +236,7 @@ impl Heaps {
 
     /// Visits every heap but `except`, all at once (one barrier), if `wanted` holds for one of
     /// them, and calls `f` on each one's state. Allocates nothing: a run's settle comes here.
-    fn visit(&self, except: Option<&Heap>, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&mut HeapState)) {
+    fn visit(&self, except: Option<&Heap>, wanted: impl Fn(&Heap) -> bool, mut f: impl FnMut(&mut HeapGuard<'_>)) {
         // The list as it is now, twice: a heap pushed meanwhile (at the head) is not in it, as
         // a heap made after the call would not be.
         let heaps = self.iter().filter(move |h| !except.is_some_and(|e| ptr::eq(*h, e)));
@@ -242,7 +255,7 @@ impl Heaps {
     /// owner (no barrier: a run whose kernels took scratch on its caller pays none at its next
     /// start), the others with a visit if one of them has some.
     pub fn drain(&self, pool: &Pool) {
-        let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0;
+        let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0 || h.shared.pending();
         let own = self.own(false);
         if let Some(heap) = own.filter(|h| has_free(h)) {
             heap.drain_own(pool);
@@ -255,13 +268,14 @@ impl Heaps {
         self.iter().map(|h| h.live.load(Ordering::Relaxed)).sum()
     }
 
-    /// Adds every heap's counts to `stats` (the central pool's).
-    pub fn add_counts(&self, stats: &mut PoolStats) {
+    /// Adds every heap's counts to `stats` (the central pool's), the blocks other threads
+    /// released collected first.
+    pub fn add_counts(&self, pool: &Pool, stats: &mut PoolStats) {
         self.visit(
             None,
             |_| true,
             |st| {
-                let s = st.counts();
+                let s = st.counts(pool);
                 stats.acquires += s.acquires;
                 stats.cache_hits += s.cache_hits;
                 stats.releases += s.releases;
@@ -295,6 +309,11 @@ impl Heaps {
     /// How many heaps the pool has made.
     pub fn count(&self) -> usize {
         self.iter().count()
+    }
+
+    /// Visits of all its heaps so far.
+    pub fn visits(&self) -> u32 {
+        self.iter().map(|h| h.lock.visits()).sum()
     }
 }
 

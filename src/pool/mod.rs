@@ -3,7 +3,8 @@
 //! Two tiers share the same memory:
 //! - requests below `large_threshold_bytes` (default 1 KiB) come from size-class *slabs*
 //!   (less than 16 bytes or 12.5% of slack per block), each slab a 16 KiB-or-larger chunk of the
-//!   arena;
+//!   arena; a run's small values, whose sizes are many and whose blocks are few, take 64-byte
+//!   grains of the slabs' arena instead (`central::from_slabs`);
 //! - larger requests take the best-fitting free block of the *arena*: anonymous mmap regions
 //!   (1 GiB of address space each by default, committed only as pages are touched), split on
 //!   acquire and coalesced on release, in 64-byte grains (64-byte aligned).
@@ -162,8 +163,9 @@ impl Pool {
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     #[inline]
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
-        // What `check_request` accepts: no further checks inline.
-        if nbytes != 0 && nbytes <= MAX_VALUE_BYTES {
+        // What `check_request` accepts, and what a heap records (1 TiB: past it, the central
+        // pool): no further checks inline.
+        if nbytes != 0 && nbytes < out_table::MAX_REQUEST {
             if let Some(addr) = self.heaps.acquire(self, nbytes) {
                 return Ok(self.hand_out(addr, nbytes, zero));
             }
@@ -451,7 +453,7 @@ impl Pool {
                 ..st.stats
             }
         };
-        self.heaps.add_counts(&mut stats);
+        self.heaps.add_counts(self, &mut stats);
         stats
     }
 

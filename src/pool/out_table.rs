@@ -1,16 +1,47 @@
-//! A heap's record of the blocks it handed out: the newest few in a short array that a release
-//! scans first (most programs give back what they took last: scratch, temporaries), the rest in
-//! a hash map. A release of a recent block costs a few compares instead of a hash probe.
+//! A heap's record of the blocks it handed out, which other threads can search without the
+//! heap's lock: a release from another thread claims its block here with one compare-and-swap
+//! and leaves it for the owner to collect (mimalloc's remote frees), instead of visiting the
+//! heap under its lock (a swap per heap and, with the lock biased, a process-wide barrier).
+//!
+//! **The table.** Open addressing with linear probing, 16-byte slots of atomics. A slot's key is
+//! `EMPTY`, `TOMB` (its block went back: probes go on past it), a block's address (out, not
+//! released), or that address with `CLAIMED` set (released by another thread, waiting for the
+//! holder of the heap's lock to collect it). Addresses are 16-byte aligned, so the low four bits
+//! are free for these marks.
+//!
+//! **Who writes what.**
+//! - The holder of the heap's lock (its owner, or a visitor: `heap_lock.rs`) inserts and removes
+//!   entries, rebuilds the table and collects claims. It writes a slot's fields before its key
+//!   (Release), so a thread that reads the key (Acquire) reads the fields that go with it.
+//! - Any other thread may only *claim*: compare-and-swap a slot's key from an address to the
+//!   address with `CLAIMED`, then set the slot's bit in the table's claim bitmap and the
+//!   `pending` flag. A claim succeeds only if the slot holds exactly that address at that
+//!   instant, which proves the block is out of this heap and not released: so a successful claim
+//!   is an exact check, and a claimed key cannot be claimed or removed again (a second release
+//!   is refused). A claim that finds nothing (or loses its swap) proves nothing: the caller then
+//!   takes the exact path under the heap's lock.
+//! - The lock holder's own removal reads the key and stores `TOMB` without a locked
+//!   instruction (the pair of one thread stays free of them). It can lose a claim made between
+//!   its read and its store only if two threads release the same block at once, which no
+//!   caller may do (the releaser owns the block): that race is outside the checks, as with any
+//!   allocator; a release that comes after another is always refused.
+//! - A rebuild (clearing tombstones, or moving to a table twice as large) swaps each live key
+//!   out of its old slot, so it takes either the plain address or a claimed one, and a racing
+//!   claim fails; claimed keys keep their mark (and get their bit) in their new slot. A claim
+//!   that meets a slot mid-rebuild finds nothing and takes the locked path, which waits for the
+//!   rebuild (the rebuilder holds the lock).
+//! - Tables never shrink, and one replaced by a larger one is kept until the heap goes: a
+//!   claiming thread may still be reading it (it finds only empty slots there).
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use super::addr_hash::AddrHasher;
-
-const RECENT: usize = 8;
+const EMPTY: usize = 0;
+const TOMB: usize = 1;
+const CLAIMED: usize = 8;
+const MIN_SLOTS: usize = 64;
 
 /// What a heap knows of a block it has out.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub(super) struct Out {
     /// Bytes of the block (its class or grain size).
     pub block: usize,
@@ -21,77 +52,463 @@ pub(super) struct Out {
 }
 
 #[derive(Default)]
+struct Slot {
+    key: AtomicUsize,
+    /// `requested << 24 | (block - requested) << 8 | class` (see [`MAX_REQUEST`]).
+    info: AtomicU64,
+}
+
+/// Requests a heap records must be below this (1 TiB), so that a slot packs its block in two
+/// words; a block wastes less than 2 ^ 16 bytes (a slab class less than 12.5% of at most
+/// 64 KiB, an arena block less than its 64-byte grain). Larger ones take the central path.
+pub(super) const MAX_REQUEST: usize = if usize::BITS > 40 {
+    1 << (40 % usize::BITS)
+} else {
+    usize::MAX
+};
+
+impl Slot {
+    /// Writes an entry into this free slot (`EMPTY` or `TOMB`: no other thread writes it).
+    #[inline]
+    fn fill(&self, key: usize, out: Out) {
+        let slack = out.block - out.requested;
+        debug_assert!(out.requested < MAX_REQUEST && slack < 1 << 16);
+        let info = (out.requested as u64) << 24 | (slack as u64) << 8 | u64::from(out.class);
+        self.info.store(info, Ordering::Relaxed);
+        // Release: a claiming thread that reads the key reads the fields above.
+        self.key.store(key, Ordering::Release);
+    }
+
+    /// Its fields: the caller read its key with Acquire (or wrote them).
+    #[inline]
+    fn out(&self) -> Out {
+        let info = self.info.load(Ordering::Relaxed);
+        let requested = (info >> 24) as usize;
+        Out {
+            block: requested + (info >> 8 & 0xFFFF) as usize,
+            requested,
+            class: info as u8,
+        }
+    }
+}
+
+pub(super) struct Table {
+    /// `64 - log2(slots)`: a key's home slot is the top bits of its hash.
+    shift: u32,
+    slots: Box<[Slot]>,
+    /// One bit per slot: set by a claim there (a hint for `collect`, which checks the key).
+    claims: Box<[AtomicU64]>,
+}
+
+impl Table {
+    fn new(slots: usize) -> Box<Table> {
+        debug_assert!(slots.is_power_of_two() && slots >= MIN_SLOTS);
+        Box::new(Table {
+            shift: 64 - slots.trailing_zeros(),
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            claims: (0..slots / 64).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    #[inline]
+    fn home(&self, addr: usize) -> usize {
+        home(addr, self.shift)
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        (i + 1) & (self.slots.len() - 1)
+    }
+
+    /// Writes an entry into the first free slot of its probe (the caller knows the key is not
+    /// in the table); returns the slot and whether it was `EMPTY` (not a tombstone).
+    #[inline]
+    fn put(&self, key: usize, out: Out) -> (usize, bool) {
+        let mut i = self.home(key);
+        loop {
+            let slot = &self.slots[i];
+            let k = slot.key.load(Ordering::Relaxed);
+            if k == EMPTY || k == TOMB {
+                slot.fill(key, out);
+                return (i, k == EMPTY);
+            }
+            i = self.next(i);
+        }
+    }
+
+    fn mark_claimed(&self, i: usize) {
+        self.claims[i / 64].fetch_or(1 << (i % 64), Ordering::AcqRel);
+    }
+}
+
+/// What other threads reach without the heap's lock: the current table, and whether claims
+/// wait to be collected. Lives in the heap beside its lock.
+pub(super) struct Shared {
+    current: AtomicPtr<Table>,
+    pending: AtomicBool,
+}
+
+impl Shared {
+    /// Whether claims may wait to be collected (a hint: `collect` finds the exact ones).
+    #[inline]
+    pub fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Claims `addr` for a release from a thread that does not hold the heap's lock; true if
+    /// the heap had it out, unreleased (see the module docs): then `before` has been called with
+    /// what the heap knows of it, just before the block became the heap's again, and the
+    /// holder of the lock collects it later. False proves nothing: the caller takes the exact
+    /// path. `undo` is called instead of returning true when the swap fails after `before`
+    /// (a rebuild moved the key meanwhile): the block is still out, as `before` found it.
+    pub fn claim(&self, addr: usize, before: impl FnOnce(Out), undo: impl FnOnce(Out)) -> bool {
+        // SAFETY: tables are freed only when the heap goes (`OutTable` keeps every one ever
+        // published: `table` and `retired`), and the heap outlives this call (the pool holds it).
+        let table = unsafe { &*self.current.load(Ordering::Acquire) };
+        let mut i = table.home(addr);
+        // At most one lap: a table is never full, but a rebuild may move keys around the probe.
+        for _ in 0..table.slots.len() {
+            let slot = &table.slots[i];
+            let k = slot.key.load(Ordering::Acquire);
+            if k == addr {
+                // The block is out of this heap and the caller owns it: nobody else touches it
+                // until the swap below makes it the heap's again, so `before` (which hides it
+                // from the memory checkers) runs first and cannot be late.
+                let out = slot.out();
+                before(out);
+                let claimed = slot
+                    .key
+                    .compare_exchange(addr, addr | CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+                match claimed {
+                    true => {
+                        table.mark_claimed(i);
+                        self.pending.store(true, Ordering::Release);
+                    }
+                    false => undo(out),
+                }
+                return claimed;
+            }
+            if k == EMPTY {
+                return false;
+            }
+            i = table.next(i);
+        }
+        false
+    }
+}
+
+/// The holder of the heap's lock's side of the record.
 pub(super) struct OutTable {
-    recent: [(usize, Out); RECENT],
-    len: usize,
-    older: HashMap<usize, Out, BuildHasherDefault<AddrHasher>>,
+    /// The table in use: its slots and the shift of its hash, copied here so that the path of
+    /// every acquire and release reaches a slot with one load less.
+    slots: *const Slot,
+    shift: u32,
+    table: Box<Table>,
+    /// The tables it replaced, kept until the heap goes (see the module docs). Boxed: other
+    /// threads may hold a table's address, which must not move when the list grows.
+    #[allow(clippy::vec_box)]
+    retired: Vec<Box<Table>>,
+    /// Slots not `EMPTY` in the current table, and how many it may have before a rebuild.
+    used: usize,
+    limit: usize,
 }
 
 impl OutTable {
-    #[inline]
-    pub fn insert(&mut self, addr: usize, out: Out) {
-        if self.len == RECENT {
-            // The oldest entry moves to the map.
-            let (old, o) = self.recent[0];
-            self.older.insert(old, o);
-            self.recent.copy_within(1.., 0);
-            self.len -= 1;
-        }
-        self.recent[self.len] = (addr, out);
-        self.len += 1;
+    /// A record, and what other threads see of it.
+    pub fn new() -> (OutTable, Shared) {
+        let mut table = Table::new(MIN_SLOTS);
+        let shared = Shared {
+            current: AtomicPtr::new(&mut *table),
+            pending: AtomicBool::new(false),
+        };
+        let out = OutTable {
+            slots: table.slots.as_ptr(),
+            shift: table.shift,
+            table,
+            retired: Vec::new(),
+            used: 0,
+            limit: limit(MIN_SLOTS),
+        };
+        (out, shared)
     }
 
-    /// Removes the entry of `addr`, if there is one.
+    /// Records `addr` (not in the record) as out. Its home slot, when free, inline (a block
+    /// given back and taken again finds its own tombstone there); a probe, out of line.
+    #[inline]
+    pub fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
+        let slot = self.home_slot(addr);
+        let k = slot.key.load(Ordering::Relaxed);
+        if k == TOMB || (k == EMPTY && self.used < self.limit) {
+            slot.fill(addr, out);
+            self.used += (k == EMPTY) as usize;
+            return;
+        }
+        self.insert_slow(shared, addr, out);
+    }
+
+    /// The home slot of `addr` in the current table.
+    #[inline]
+    fn home_slot(&self, addr: usize) -> &Slot {
+        let i = home(addr, self.shift);
+        // SAFETY: `slots` and `shift` are the current table's (`rebuild` keeps them so), whose
+        // slots this record owns; `home` is below the table's length, 2 ^ (64 - shift).
+        unsafe { &*self.slots.add(i) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn insert_slow(&mut self, shared: &Shared, addr: usize, out: Out) {
+        if self.used >= self.limit {
+            self.rebuild(shared);
+        }
+        let (_, was_empty) = self.table.put(addr, out);
+        self.used += was_empty as usize;
+    }
+
+    /// Removes the entry of `addr`, if it is out and not claimed: found in its home slot
+    /// inline, further on out of line.
     #[inline]
     pub fn remove(&mut self, addr: usize) -> Option<Out> {
-        // The newest, the usual case, without a search.
-        if let Some(&(a, out)) = self.recent[..self.len].last() {
-            if a == addr {
-                self.len -= 1;
-                return Some(out);
-            }
-        }
-        // Newest first.
-        if let Some(i) = self.recent[..self.len].iter().rposition(|&(a, _)| a == addr) {
-            let out = self.recent[i].1;
-            // The newest (the usual case) moves nothing: no call to memmove.
-            if i + 1 < self.len {
-                self.recent.copy_within(i + 1..self.len, i);
-            }
-            self.len -= 1;
+        let slot = self.home_slot(addr);
+        if slot.key.load(Ordering::Relaxed) == addr {
+            let out = slot.out();
+            // A plain store: see below.
+            slot.key.store(TOMB, Ordering::Relaxed);
             return Some(out);
         }
-        if self.older.is_empty() {
-            return None;
-        }
-        self.older.remove(&addr)
+        self.remove_slow(addr)
     }
+
+    #[cold]
+    #[inline(never)]
+    fn remove_slow(&mut self, addr: usize) -> Option<Out> {
+        let table = &self.table;
+        let mut i = table.home(addr);
+        loop {
+            let slot = &table.slots[i];
+            let k = slot.key.load(Ordering::Relaxed);
+            if k == addr {
+                let out = slot.out();
+                // A plain store: only a second release of the block at the same moment could
+                // claim it meanwhile (module docs).
+                slot.key.store(TOMB, Ordering::Relaxed);
+                return Some(out);
+            }
+            if k == EMPTY {
+                return None;
+            }
+            i = table.next(i);
+        }
+    }
+
+    /// Takes every claimed entry out of the record, each given to `f` with its address.
+    pub fn collect(&mut self, shared: &Shared, mut f: impl FnMut(usize, Out)) {
+        if !shared.pending() {
+            return;
+        }
+        // Cleared before the bits are read: a claim that sets its bit after the read below
+        // sets the flag again after this store (its bit's AcqRel orders them), and is seen
+        // next time.
+        shared.pending.store(false, Ordering::Relaxed);
+        let table = &self.table;
+        for (w, word) in table.claims.iter().enumerate() {
+            // AcqRel: the claims whose bits these are happened before, and the store above
+            // before any later claim's bit.
+            let mut bits = match word.load(Ordering::Relaxed) {
+                0 => continue,
+                _ => word.swap(0, Ordering::AcqRel),
+            };
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let slot = &table.slots[i];
+                let k = slot.key.load(Ordering::Acquire);
+                // A stale bit (the key was collected by a rebuild, or the slot reused) is
+                // skipped: only a claimed key is collected, once.
+                if k & CLAIMED != 0 {
+                    let out = slot.out();
+                    slot.key.store(TOMB, Ordering::Relaxed);
+                    f(k & !CLAIMED, out);
+                }
+            }
+        }
+    }
+
+    /// Makes room: the same slots without tombstones, or twice as many when over half would
+    /// be taken. Each live key is swapped out of its slot (see the module docs).
+    #[cold]
+    #[inline(never)]
+    fn rebuild(&mut self, shared: &Shared) {
+        let old = &self.table;
+        let mut entries = Vec::with_capacity(self.used);
+        for slot in old.slots.iter() {
+            match slot.key.load(Ordering::Relaxed) {
+                EMPTY => {}
+                TOMB => slot.key.store(EMPTY, Ordering::Relaxed),
+                _ => {
+                    let out = slot.out();
+                    // A swap, so that a claim either came first (and shows in `k`) or fails.
+                    let k = slot.key.swap(EMPTY, Ordering::AcqRel);
+                    entries.push((k, out));
+                }
+            }
+        }
+        let slots = old.slots.len();
+        if (entries.len() + 1) * 2 > slots {
+            let mut table = Table::new(slots * 2);
+            // Release: the table's empty slots are seen by whoever loads the pointer.
+            shared.current.store(&mut *table, Ordering::Release);
+            let old = std::mem::replace(&mut self.table, table);
+            self.retired.push(old);
+            (self.slots, self.shift) = (self.table.slots.as_ptr(), self.table.shift);
+        }
+        let table = &self.table;
+        for &(k, out) in &entries {
+            let (i, _) = table.put(k, out);
+            if k & CLAIMED != 0 {
+                table.mark_claimed(i);
+                shared.pending.store(true, Ordering::Release);
+            }
+        }
+        self.used = entries.len();
+        self.limit = limit(table.slots.len());
+    }
+
+    /// Entries out, claimed ones included (for tests: a scan).
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        let taken = |s: &Slot| !matches!(s.key.load(Ordering::Relaxed), EMPTY | TOMB);
+        self.table.slots.iter().filter(|s| taken(s)).count()
+    }
+}
+
+/// The home slot of `addr` in a table of 2 ^ (64 - `shift`) slots: the top bits of a
+/// multiplicative hash (addresses share their low bits).
+#[inline]
+fn home(addr: usize, shift: u32) -> usize {
+    ((addr as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize
+}
+
+/// Slots a table of `slots` may have taken (entries and tombstones) before a rebuild: three
+/// quarters, so that probes stay short and always end.
+fn limit(slots: usize) -> usize {
+    slots / 4 * 3
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn entries_come_back_once_whether_recent_or_older() {
-        let mut t = OutTable::default();
-        let out = |n| Out {
-            block: n,
+    fn out(n: usize) -> Out {
+        Out {
+            block: n.next_multiple_of(64),
             requested: n,
-            class: 0,
-        };
-        for a in 1..=20 {
-            t.insert(a * 64, out(a));
+            class: (n % 7) as u8,
         }
-        // Out of order: some from the map, some from the array.
-        for a in [3, 20, 1, 15, 9, 19, 2] {
-            assert_eq!(t.remove(a * 64).map(|o| o.block), Some(a));
-            assert!(t.remove(a * 64).is_none(), "removed once");
+    }
+
+    #[test]
+    fn entries_come_back_once_across_rebuilds() {
+        let (mut t, shared) = OutTable::new();
+        // Enough to grow the table twice, with removals in between that leave tombstones.
+        for a in 1..=300usize {
+            t.insert(&shared, a * 64, out(a));
+            if a % 3 == 0 {
+                assert_eq!(t.remove((a - 1) * 64), Some(out(a - 1)));
+            }
         }
-        t.insert(3 * 64, out(33));
-        assert_eq!(t.remove(3 * 64).map(|o| o.block), Some(33));
-        let left: Vec<usize> = (1..=20).filter(|a| t.remove(a * 64).is_some()).collect();
-        assert_eq!(left, vec![4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 16, 17, 18]);
-        assert!(t.remove(7).is_none(), "never inserted");
+        for a in [3, 300, 1, 150, 9, 298, 4] {
+            assert_eq!(t.remove(a * 64), Some(out(a)), "{a}");
+            assert_eq!(t.remove(a * 64), None, "removed once");
+        }
+        assert_eq!(t.remove(7), None, "never inserted");
+        let left = (1..=300).filter(|a| t.remove(a * 64).is_some()).count();
+        assert_eq!(left, 300 - 100 - 7);
+        assert_eq!(t.live(), 0);
+    }
+
+    #[test]
+    fn a_claim_is_exact_and_collected_once() {
+        let (mut t, shared) = OutTable::new();
+        for a in 1..=40usize {
+            t.insert(&shared, a * 64, out(a));
+        }
+        let mut seen = Vec::new();
+        assert!(shared.claim(5 * 64, |o| seen.push(o), |_| panic!("undone")));
+        assert_eq!(seen, vec![out(5)]);
+        let never = |_| panic!("a claim that finds nothing calls nothing");
+        assert!(!shared.claim(5 * 64, never, never), "a second claim fails");
+        assert!(!shared.claim(41 * 64, never, never), "a block not out is no claim");
+        assert_eq!(t.remove(5 * 64), None, "a claimed block cannot be removed");
+        assert!(shared.pending());
+        // A rebuild keeps the claim (forced by filling the table past three quarters).
+        for a in 41..=60usize {
+            t.insert(&shared, a * 64, out(a));
+        }
+        assert!(shared.claim(50 * 64, |_| {}, |_| {}));
+        let mut got = Vec::new();
+        t.collect(&shared, |a, o| got.push((a, o)));
+        got.sort_by_key(|g| g.0);
+        assert_eq!(got, vec![(5 * 64, out(5)), (50 * 64, out(50))]);
+        t.collect(&shared, |_, _| panic!("collected twice"));
+        assert!(!shared.pending());
+        assert_eq!(t.live(), 58);
+    }
+
+    /// Threads claim the blocks while the holder inserts, removes and rebuilds: every block
+    /// goes back exactly once, either removed or claimed and collected.
+    #[test]
+    fn claims_race_with_the_holder() {
+        use std::sync::Mutex;
+        let (mut t, shared) = OutTable::new();
+        const N: usize = 20_000;
+        let handed: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+        let claimed = AtomicUsize::new(0);
+        let mut back = vec![0u8; N + 1];
+        std::thread::scope(|s| {
+            let (shared, handed, claimed) = (&shared, &handed, &claimed);
+            let claimers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(move || loop {
+                        let next = handed.lock().unwrap().pop();
+                        match next {
+                            Some(0) => return,
+                            Some(a) => {
+                                // The holder's rebuild may hide a key for a moment: retry.
+                                let check = |o| assert_eq!(o, out(a));
+                                while !shared.claim(a * 64, check, check) {
+                                    std::hint::spin_loop();
+                                }
+                                claimed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None => std::hint::spin_loop(),
+                        }
+                    })
+                })
+                .collect();
+            for a in 1..=N {
+                t.insert(shared, a * 64, out(a));
+                match a % 4 {
+                    0 => handed.lock().unwrap().push(a),
+                    _ => {
+                        assert_eq!(t.remove(a * 64), Some(out(a)));
+                        back[a] += 1;
+                    }
+                }
+                if a % 64 == 0 {
+                    t.collect(shared, |addr, o| {
+                        assert_eq!(o, out(addr / 64));
+                        back[addr / 64] += 1;
+                    });
+                }
+            }
+            handed.lock().unwrap().splice(0..0, [0, 0]);
+            claimers.into_iter().for_each(|c| c.join().unwrap());
+        });
+        t.collect(&shared, |addr, _| back[addr / 64] += 1);
+        assert_eq!(claimed.load(Ordering::Relaxed), N / 4);
+        assert!(back[1..].iter().all(|&b| b == 1), "every block back once");
+        assert_eq!(t.live(), 0);
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! Choose heuristics on one range of seeds and report on another:
 //! `cargo bench -p graphsched-workloads --bench memory -- --seeds 0..200` to look while choosing,
-//! `-- --seeds 1000..1200` (the default) to report. `--plans-only` skips the runs; `--all` prints every graph's row.
+//! `-- --seeds 1000..1200` (the default) to report. `--plans-only` skips the runs; `--all` prints every graph's row;
+//! `--graph FILE` (repeatable) adds a real graph to the bundled ones.
 
 use std::time::Instant;
 
@@ -137,9 +138,16 @@ fn main() {
         "{:>16} {:>6} {:>13} | {:>7} {:>7} | {:>10} {:>9} | {:>15} {:>15}",
         "graph", "nodes", "bound bytes", "pool 1t", "pool 2t", "seq plan", "par plan", "sched 2t", "sched 8t"
     );
-    for path in bundled_graphs() {
+    // `--graph FILE` (repeatable): more real graphs, after the bundled ones.
+    let extra = std::env::args()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "--graph")
+        .map(|w| std::path::PathBuf::from(&w[1]))
+        .collect::<Vec<_>>();
+    for path in bundled_graphs().into_iter().chain(extra) {
         print_row(&measure(
-            &GraphFile::load(&path).expect("a bundled graph"),
+            &GraphFile::load(&path).expect("a graph file"),
             &executor,
             runs,
         ));

@@ -229,8 +229,10 @@ fn main() {
 
     println!();
     println!("releases from another thread: one thread acquires a batch of 64-byte blocks, a second");
-    println!("releases them (ns per release, median of 7 batches of 2,000; the pool's release visits");
-    println!("the owning heap, src/pool/heap_lock.rs; malloc's free goes to the other thread's arena)");
+    println!("releases them (ns per release, median of 7 batches of 2,000; the pool's release claims");
+    println!(
+        "the block in the owning heap's table, src/pool/out_table.rs; malloc's free goes to the other thread's arena)"
+    );
     println!(
         "{:>10} | {:>10} {:>10} {:>11}",
         "size", "pool ns", "malloc ns", "pool/malloc"
