@@ -49,7 +49,6 @@ pub mod graph;
 pub mod kernel;
 pub mod partition;
 pub mod plan;
-#[allow(unreachable_pub)] // until the pool's rework lands (issue 40)
 pub mod pool;
 pub mod sched;
 pub mod sim;

@@ -91,7 +91,7 @@ pub(super) struct Arena {
 }
 
 impl Arena {
-    pub fn new(region_bytes: usize) -> Self {
+    pub(super) fn new(region_bytes: usize) -> Self {
         Arena {
             region_bytes: page_up(region_bytes),
             regions: Vec::new(),
@@ -110,18 +110,18 @@ impl Arena {
     }
 
     /// Bytes backed by memory: mapped minus decommitted.
-    pub fn committed(&self) -> usize {
+    pub(super) fn committed(&self) -> usize {
         self.mapped - self.decommitted_bytes
     }
 
     /// The size a request of `nbytes` occupies.
-    pub fn block_size(nbytes: usize) -> Option<usize> {
+    pub(super) fn block_size(nbytes: usize) -> Option<usize> {
         nbytes.checked_next_multiple_of(GRAIN)
     }
 
     /// Places `nbytes` (rounded to the grain); returns the block's address. `tick_of(addr)`
     /// tells when the block placed at `addr` will be released ([`NEVER`] if unknown).
-    pub fn alloc(&mut self, nbytes: usize, tick_of: &dyn Fn(usize) -> u64) -> Result<usize> {
+    pub(super) fn alloc(&mut self, nbytes: usize, tick_of: &dyn Fn(usize) -> u64) -> Result<usize> {
         let n = Self::block_size(nbytes).expect("checked by the pool");
         if let Some(addr) = self.recent.get_mut(&n).and_then(|r| r.blocks.pop()) {
             self.waiting -= 1;
@@ -166,7 +166,7 @@ impl Arena {
     /// bytes are free, coalescing the blocks waiting in the recent lists first if they are not;
     /// `None` if some are in use. For callers that know where a block fits best (a run placing
     /// its values by a plan of the graph's lifetimes).
-    pub fn alloc_at(&mut self, at: usize, nbytes: usize) -> Option<usize> {
+    pub(super) fn alloc_at(&mut self, at: usize, nbytes: usize) -> Option<usize> {
         let n = Self::block_size(nbytes)?;
         if at % GRAIN != 0 {
             return None;
@@ -188,7 +188,7 @@ impl Arena {
 
     /// Where `nbytes` of free space start, as `alloc` would choose them (the smallest free block
     /// that holds them, a region's tail last, a new region if none does), without taking them.
-    pub fn room_for(&mut self, nbytes: usize) -> Result<usize> {
+    pub(super) fn room_for(&mut self, nbytes: usize) -> Result<usize> {
         let n = Self::block_size(nbytes).expect("checked by the pool");
         self.settle();
         match self.best_fit(n) {
@@ -198,7 +198,7 @@ impl Arena {
     }
 
     /// Takes back a block of `nbytes` from `alloc`, into the recent list of its size.
-    pub fn release(&mut self, addr: usize, nbytes: usize) {
+    pub(super) fn release(&mut self, addr: usize, nbytes: usize) {
         let n = Self::block_size(nbytes).expect("checked by the pool");
         debug_assert_eq!(
             self.used.get(&addr).map(|u| u.size),
@@ -215,12 +215,12 @@ impl Arena {
     }
 
     /// Whether blocks wait in the recent lists (`settle` would coalesce them).
-    pub fn unsettled(&self) -> bool {
+    pub(super) fn unsettled(&self) -> bool {
         self.waiting > 0
     }
 
     /// Coalesces every block waiting in the recent lists into the free space.
-    pub fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         if self.waiting == 0 {
             return;
         }
@@ -240,7 +240,7 @@ impl Arena {
 
     /// Frees the memory the bookkeeping keeps for reuse (the recent lists of every size seen,
     /// the used-block maps' room): for `trim` and caps, after a `settle`.
-    pub fn forget_spare(&mut self) {
+    pub(super) fn forget_spare(&mut self) {
         debug_assert_eq!(self.waiting, 0, "settled");
         self.recent = AddrMap::default();
         self.waiting_sizes = Vec::new();
@@ -273,7 +273,7 @@ impl Arena {
     }
 
     /// Gives the pages inside free block `[start, start + size)` back to the system.
-    pub fn decommit(&mut self, start: usize, size: usize) {
+    pub(super) fn decommit(&mut self, start: usize, size: usize) {
         let region = self.free[&start].region;
         let (ps, pe) = (page_up(start), page_down(start + size));
         if ps >= pe {
@@ -296,12 +296,12 @@ impl Arena {
     }
 
     /// Free blocks, largest first, for giving memory back under a cap.
-    pub fn free_blocks_largest_first(&self) -> Vec<(usize, usize)> {
+    pub(super) fn free_blocks_largest_first(&self) -> Vec<(usize, usize)> {
         self.by_size.iter().rev().map(|&(size, addr)| (addr, size)).collect()
     }
 
     /// Unmaps every region that holds no block.
-    pub fn unmap_empty_regions(&mut self) {
+    pub(super) fn unmap_empty_regions(&mut self) {
         for r in 0..self.regions.len() {
             let Some(region) = &self.regions[r] else { continue };
             let (start, len) = (region.start(), region.len());

@@ -124,7 +124,7 @@ impl Drop for Locked<'_> {
 }
 
 impl State {
-    pub fn new(region_bytes: usize, large_threshold: usize) -> State {
+    pub(super) fn new(region_bytes: usize, large_threshold: usize) -> State {
         State {
             small: Arena::new(region_bytes),
             large: Arena::new(region_bytes),
@@ -137,7 +137,7 @@ impl State {
 
     /// A block for `request`, counted as acquired and live. The caller raises the pool's peak
     /// (`Pool::raise_peak`), which counts more than this state.
-    pub fn acquire(&mut self, request: Request, large_threshold: u64) -> Result<usize> {
+    pub(super) fn acquire(&mut self, request: Request, large_threshold: u64) -> Result<usize> {
         let (addr, committed) = self.take(request, large_threshold)?;
         self.stats.acquires += 1;
         self.stats.cache_hits += !committed as u64;
@@ -148,7 +148,7 @@ impl State {
     /// Up to `max` (at least 1) small blocks for `request` (below the large threshold, with no
     /// place asked for), all from one slab, each address given to `take`, counted as `acquire`
     /// counts each; returns how many. A batch costs one look-up of its slab.
-    pub fn acquire_small(&mut self, request: Request, max: usize, take: impl FnMut(usize)) -> Result<usize> {
+    pub(super) fn acquire_small(&mut self, request: Request, max: usize, take: impl FnMut(usize)) -> Result<usize> {
         let commits = self.os_allocs();
         let (_, given) = self
             .slabs
@@ -164,7 +164,7 @@ impl State {
     /// A block of `nbytes` for a heap (`Owner::Heap`), counted neither as an acquire nor as
     /// live: the heap counts what it hands out. Returns the block and whether memory had to be
     /// committed.
-    pub fn lend(&mut self, nbytes: usize, large_threshold: u64) -> Result<(usize, bool)> {
+    pub(super) fn lend(&mut self, nbytes: usize, large_threshold: u64) -> Result<(usize, bool)> {
         let request = Request {
             nbytes,
             requested: 0,
@@ -229,7 +229,7 @@ impl State {
     }
 
     /// Takes back a block a heap held free (lent with `lend`, of `nbytes`).
-    pub fn reclaim(&mut self, addr: usize) {
+    pub(super) fn reclaim(&mut self, addr: usize) {
         if let Some(small) = self.slabs.find(addr) {
             debug_assert_eq!(small.owner, Owner::Heap);
             self.slabs.release_found(&mut self.small, &small);
@@ -245,7 +245,7 @@ impl State {
 
     /// Takes back the block at `ptr`, whose caller's bytes start `guard` bytes in.
     /// `by` must own it (`Owner`): one look-up both checks and removes.
-    pub fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize, by: Owner) -> Result<()> {
+    pub(super) fn release(&mut self, ptr: NonNull<u8>, mempool: Mempool, guard: usize, by: Owner) -> Result<()> {
         let addr = ptr.as_ptr() as usize;
         let caller_ptr = (addr + guard) as *const u8;
         let small = self.slabs.find(addr);
@@ -290,7 +290,7 @@ impl State {
     }
 
     /// The size (red zones included) and owner of the live block at `addr`, if there is one.
-    pub fn find(&self, addr: usize) -> Option<(usize, Owner)> {
+    pub(super) fn find(&self, addr: usize) -> Option<(usize, Owner)> {
         match self.slabs.find(addr) {
             Some(small) => Some((small.nbytes, small.owner)),
             None => self.live.get(&addr).map(|l| (l.nbytes, l.owner)),
@@ -306,24 +306,24 @@ impl State {
         }
     }
 
-    pub fn committed(&self) -> usize {
+    pub(super) fn committed(&self) -> usize {
         self.small.committed() + self.large.committed()
     }
 
-    pub fn os_allocs(&self) -> u64 {
+    pub(super) fn os_allocs(&self) -> u64 {
         self.small.os.allocs + self.large.os.allocs
     }
 
     /// Coalesces cached blocks. Empty slabs stay (one per class at most): the next run's small
     /// blocks come from them with no allocation, and `shrink_to` returns them when memory is
     /// short.
-    pub fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.small.settle();
         self.large.settle();
     }
 
     /// Decommits free memory, largest blocks first, until at most `target` bytes stay committed.
-    pub fn shrink_to(&mut self, target: usize) {
+    pub(super) fn shrink_to(&mut self, target: usize) {
         let Some(mut excess) = self.committed().checked_sub(target).filter(|&e| e > 0) else {
             return;
         };

@@ -143,7 +143,7 @@ impl Drop for HeapGuard<'_> {
 
 impl Heap {
     /// A heap for a pool of `classes` slab classes.
-    pub fn new(classes: usize) -> Heap {
+    pub(super) fn new(classes: usize) -> Heap {
         let (out, shared) = OutTable::new();
         Heap {
             lock: HeapLock::new(),
@@ -179,7 +179,7 @@ impl Heap {
     /// # Safety
     /// The caller holds the heap's lock as a visitor, and hands it to the guard (which leaves
     /// it when dropped).
-    pub unsafe fn visited(&self) -> HeapGuard<'_> {
+    pub(super) unsafe fn visited(&self) -> HeapGuard<'_> {
         HeapGuard {
             heap: self,
             owned: false,
@@ -190,7 +190,7 @@ impl Heap {
     /// None if the central pool could not lend one. This is the path of every acquire: a
     /// request whose bin has a block is served inline, a refill out of line.
     #[inline]
-    pub fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
+    pub(super) fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let mut st = self.own(true);
         let (block, class) = match pool.is_small(nbytes) {
             true => {
@@ -215,7 +215,7 @@ impl Heap {
     /// next holder to collect. False if it could not be claimed (not out here, or the record
     /// was being rebuilt): the caller takes the exact path.
     #[inline]
-    pub fn claim(&self, pool: &Pool, addr: usize) -> bool {
+    pub(super) fn claim(&self, pool: &Pool, addr: usize) -> bool {
         let ptr = addr as *const u8;
         self.shared.claim(
             addr,
@@ -233,19 +233,19 @@ impl Heap {
 
     /// Takes back a block it has out, for its owner; false if it has no such block out.
     #[inline]
-    pub fn take_back(&self, pool: &Pool, addr: usize) -> bool {
+    pub(super) fn take_back(&self, pool: &Pool, addr: usize) -> bool {
         self.own(false).take_back(pool, addr)
     }
 
     /// Gives its free blocks back to the central pool, for its owner.
-    pub fn drain_own(&self, pool: &Pool) {
+    pub(super) fn drain_own(&self, pool: &Pool) {
         self.own(false).drain(pool);
     }
 }
 
 impl HeapGuard<'_> {
     /// Collects the blocks other threads released (claimed in its record) into its bins.
-    pub fn collect(&mut self, pool: &Pool) {
+    pub(super) fn collect(&mut self, pool: &Pool) {
         let shared = &self.heap.shared;
         if !shared.pending() {
             return;
@@ -259,7 +259,7 @@ impl HeapGuard<'_> {
     }
 
     /// Gives its free blocks back to the central pool, those other threads released included.
-    pub fn drain(&mut self, pool: &Pool) {
+    pub(super) fn drain(&mut self, pool: &Pool) {
         self.collect(pool);
         if self.free_bytes > 0 {
             self.give_back_all(&mut pool.lock(), false);
@@ -267,7 +267,7 @@ impl HeapGuard<'_> {
     }
 
     /// Its counts, the blocks other threads released taken back first.
-    pub fn counts(&mut self, pool: &Pool) -> PoolStats {
+    pub(super) fn counts(&mut self, pool: &Pool) -> PoolStats {
         self.collect(pool);
         self.stats
     }
@@ -275,7 +275,7 @@ impl HeapGuard<'_> {
 
 impl HeapState {
     /// Restarts its peak at `now`.
-    pub fn reset_peak(&mut self, now: u64) {
+    pub(super) fn reset_peak(&mut self, now: u64) {
         self.stats.peak_live_bytes = now;
     }
 }

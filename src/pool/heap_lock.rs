@@ -70,7 +70,7 @@ pub(super) struct HeapLock {
 }
 
 impl HeapLock {
-    pub fn new() -> HeapLock {
+    pub(super) fn new() -> HeapLock {
         HeapLock::with_bias(barrier_available())
     }
 
@@ -94,7 +94,7 @@ impl HeapLock {
     /// `count` make the windows in which the owner reconsiders its bias: its acquires (every
     /// pair has one; a release need not pay for the count).
     #[inline]
-    pub fn enter_owned(&self, count: bool) {
+    pub(super) fn enter_owned(&self, count: bool) {
         // Relaxed: only the owner changes it, and this is the owner.
         let biased = self.biased.load(Ordering::Relaxed);
         if biased {
@@ -177,7 +177,7 @@ impl HeapLock {
     /// Turns the bias off for good until a new owner's windows turn it on again: the owner
     /// lets the heap go (its thread exits). A heap nobody owns cannot reconsider its bias, and
     /// every visit of it would pay the barrier.
-    pub fn unbias(&self) {
+    pub(super) fn unbias(&self) {
         self.enter_owned(false);
         if self.biased.load(Ordering::Relaxed) {
             self.switch_off();
@@ -201,7 +201,7 @@ impl HeapLock {
 
     /// Releases the lock taken by [`enter_owned`](Self::enter_owned).
     #[inline]
-    pub fn leave_owned(&self) {
+    pub(super) fn leave_owned(&self) {
         match self.biased.load(Ordering::Relaxed) {
             // Release: a visitor that sees the owner out sees what it wrote.
             true => self.owner_in.store(false, Ordering::Release),
@@ -229,7 +229,7 @@ impl HeapLock {
     }
 
     /// Releases the lock taken by a visit ([`visit_all`]).
-    pub fn leave_visit(&self) {
+    pub(super) fn leave_visit(&self) {
         self.visitor.store(false, Ordering::Release);
     }
 
@@ -299,12 +299,12 @@ mod sys {
 
     /// Whether the process can use the expedited barrier: the kernel has it, and registering
     /// for it (once per process, required before use) worked.
-    pub fn register() -> bool {
+    pub(super) fn register() -> bool {
         let commands = membarrier(QUERY);
         commands >= 0 && commands & PRIVATE_EXPEDITED != 0 && membarrier(REGISTER_PRIVATE_EXPEDITED) == 0
     }
 
-    pub fn barrier() {
+    pub(super) fn barrier() {
         if membarrier(PRIVATE_EXPEDITED) == 0 {
             return;
         }

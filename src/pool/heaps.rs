@@ -93,7 +93,7 @@ thread_local! {
 
 impl Heaps {
     /// Heaps for a pool whose slabs serve requests below `large_threshold` bytes.
-    pub fn new(enabled: bool, large_threshold: usize) -> Heaps {
+    pub(super) fn new(enabled: bool, large_threshold: usize) -> Heaps {
         static NEXT_UID: AtomicU64 = AtomicU64::new(1);
         Heaps {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
@@ -203,13 +203,13 @@ impl Heaps {
     /// caller then asks the central pool itself, which says why). Small return values only: this
     /// is the path of every acquire.
     #[inline]
-    pub fn acquire(&self, pool: &Pool, nbytes: usize) -> Option<usize> {
+    pub(super) fn acquire(&self, pool: &Pool, nbytes: usize) -> Option<usize> {
         self.own(true)?.acquire(pool, &self.classes, nbytes)
     }
 
     /// Takes back `ptr` if a heap has it out; false if none has (the central pool decides).
     #[inline]
-    pub fn release(&self, pool: &Pool, ptr: NonNull<u8>) -> bool {
+    pub(super) fn release(&self, pool: &Pool, ptr: NonNull<u8>) -> bool {
         if !self.enabled {
             return false;
         }
@@ -254,7 +254,7 @@ impl Heaps {
     /// Gives every heap's free blocks back to the central pool: the calling thread's own as its
     /// owner (no barrier: a run whose kernels took scratch on its caller pays none at its next
     /// start), the others with a visit if one of them has some.
-    pub fn drain(&self, pool: &Pool) {
+    pub(super) fn drain(&self, pool: &Pool) {
         let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0 || h.shared.pending();
         let own = self.own(false);
         if let Some(heap) = own.filter(|h| has_free(h)) {
@@ -264,13 +264,13 @@ impl Heaps {
     }
 
     /// Bytes the heaps have out, as their last calls left them.
-    pub fn live(&self) -> u64 {
+    pub(super) fn live(&self) -> u64 {
         self.iter().map(|h| h.live.load(Ordering::Relaxed)).sum()
     }
 
     /// Adds every heap's counts to `stats` (the central pool's), the blocks other threads
     /// released collected first.
-    pub fn add_counts(&self, pool: &Pool, stats: &mut PoolStats) {
+    pub(super) fn add_counts(&self, pool: &Pool, stats: &mut PoolStats) {
         self.visit(
             None,
             |_| true,
@@ -286,7 +286,7 @@ impl Heaps {
     }
 
     /// Restarts every heap's peak from the bytes out now, the central pool's `central` included.
-    pub fn reset_peaks(&self, central: u64) {
+    pub(super) fn reset_peaks(&self, central: u64) {
         let everything = central + self.live();
         self.visit(None, |_| true, |st| st.reset_peak(everything));
     }

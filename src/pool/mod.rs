@@ -526,7 +526,7 @@ impl Drop for Pool {
 
 fn run_owned_message(ptr: *const u8) -> String {
     format!(
-        "pointer {ptr:p} is the buffer of a value of a graph run, not a block from gs_pool_acquire: the run (or \
+        "pointer {ptr:p} is the buffer of a value of a graph run, not a block acquired from the pool: the run (or \
          its result, when freed) gives it back"
     )
 }

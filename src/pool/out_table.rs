@@ -151,7 +151,7 @@ pub(super) struct Shared {
 impl Shared {
     /// Whether claims may wait to be collected (a hint: `collect` finds the exact ones).
     #[inline]
-    pub fn pending(&self) -> bool {
+    pub(super) fn pending(&self) -> bool {
         self.pending.load(Ordering::Acquire)
     }
 
@@ -161,7 +161,7 @@ impl Shared {
     /// holder of the lock collects it later. False proves nothing: the caller takes the exact
     /// path. `undo` is called instead of returning true when the swap fails after `before`
     /// (a rebuild moved the key meanwhile): the block is still out, as `before` found it.
-    pub fn claim(&self, addr: usize, before: impl FnOnce(Out), undo: impl FnOnce(Out)) -> bool {
+    pub(super) fn claim(&self, addr: usize, before: impl FnOnce(Out), undo: impl FnOnce(Out)) -> bool {
         // SAFETY: tables are freed only when the heap goes (`OutTable` keeps every one ever
         // published: `table` and `retired`), and the heap outlives this call (the pool holds it).
         let table = unsafe { &*self.current.load(Ordering::Acquire) };
@@ -216,7 +216,7 @@ pub(super) struct OutTable {
 
 impl OutTable {
     /// A record, and what other threads see of it.
-    pub fn new() -> (OutTable, Shared) {
+    pub(super) fn new() -> (OutTable, Shared) {
         let mut table = Table::new(MIN_SLOTS);
         let shared = Shared {
             current: AtomicPtr::new(&mut *table),
@@ -236,7 +236,7 @@ impl OutTable {
     /// Records `addr` (not in the record) as out. Its home slot, when free, inline (a block
     /// given back and taken again finds its own tombstone there); a probe, out of line.
     #[inline]
-    pub fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
+    pub(super) fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
         let slot = self.home_slot(addr);
         let k = slot.key.load(Ordering::Relaxed);
         if k == TOMB || (k == EMPTY && self.used < self.limit) {
@@ -269,7 +269,7 @@ impl OutTable {
     /// Removes the entry of `addr`, if it is out and not claimed: found in its home slot
     /// inline, further on out of line.
     #[inline]
-    pub fn remove(&mut self, addr: usize) -> Option<Out> {
+    pub(super) fn remove(&mut self, addr: usize) -> Option<Out> {
         let slot = self.home_slot(addr);
         if slot.key.load(Ordering::Relaxed) == addr {
             let out = slot.out();
@@ -303,7 +303,7 @@ impl OutTable {
     }
 
     /// Takes every claimed entry out of the record, each given to `f` with its address.
-    pub fn collect(&mut self, shared: &Shared, mut f: impl FnMut(usize, Out)) {
+    pub(super) fn collect(&mut self, shared: &Shared, mut f: impl FnMut(usize, Out)) {
         if !shared.pending() {
             return;
         }

@@ -33,33 +33,33 @@ pub(super) struct Region {
 
 impl Region {
     /// Reserves `len` bytes of address space (a multiple of the page size); nothing is committed.
-    pub fn reserve(len: usize) -> std::io::Result<Region> {
+    pub(super) fn reserve(len: usize) -> std::io::Result<Region> {
         let map = MmapOptions::new().len(len).no_reserve_swap().map_anon()?;
         let carved_end = map.as_ptr() as usize;
         Ok(Region { map, carved_end })
     }
 
-    pub fn start(&self) -> usize {
+    pub(super) fn start(&self) -> usize {
         self.map.as_ptr() as usize
     }
 
-    pub fn end(&self) -> usize {
+    pub(super) fn end(&self) -> usize {
         self.start() + self.map.len()
     }
 
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// A new block `[start, end)` is carved out of the region: nobody may touch it until the pool
     /// hands it out.
-    pub fn carve(&mut self, start: usize, end: usize) {
+    pub(super) fn carve(&mut self, start: usize, end: usize) {
         self.carved_end = self.carved_end.max(end);
         sanitize::hide(start as *const u8, end - start);
     }
 
     /// Returns the pages of `[start, end)` (page aligned, inside the region) to the system.
-    pub fn decommit(&self, start: usize, end: usize) {
+    pub(super) fn decommit(&self, start: usize, end: usize) {
         debug_assert!(start >= self.start() && end <= self.end() && start % page_size() == 0);
         // SAFETY: the range lies inside this mapping and holds only free blocks: no buffer handed
         // out overlaps it, so nothing observes the pages being dropped (they read back as zeros).

@@ -47,7 +47,7 @@ pub(super) struct Classes {
 
 impl Classes {
     /// The classes of requests of 1 to `max_bytes` bytes.
-    pub fn new(max_bytes: usize) -> Classes {
+    pub(super) fn new(max_bytes: usize) -> Classes {
         let mut size: Vec<usize> = Vec::new();
         let index_of = (0..=max_bytes.div_ceil(16))
             .map(|i| {
@@ -65,19 +65,19 @@ impl Classes {
     }
 
     /// How many classes there are.
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.size.len()
     }
 
     /// The class of a request of `nbytes` (1 to `max_bytes`).
     #[inline]
-    pub fn index(&self, nbytes: usize) -> usize {
+    pub(super) fn index(&self, nbytes: usize) -> usize {
         self.index_of[nbytes.div_ceil(16)] as usize
     }
 
     /// The block size of class `class`.
     #[inline]
-    pub fn size(&self, class: usize) -> usize {
+    pub(super) fn size(&self, class: usize) -> usize {
         self.size[class]
     }
 }
@@ -130,7 +130,7 @@ pub(super) struct Slabs {
 
 impl Slabs {
     /// Classes for requests up to `max_bytes`.
-    pub fn new(max_bytes: usize) -> Self {
+    pub(super) fn new(max_bytes: usize) -> Self {
         let classes = Classes::new(max_bytes);
         Slabs {
             partial: vec![Vec::new(); classes.count()],
@@ -146,7 +146,7 @@ impl Slabs {
 
     /// A block for `nbytes` (at most the largest class), live for `owner`; returns its address
     /// and slab id.
-    pub fn alloc(&mut self, arena: &mut Arena, nbytes: usize, owner: Owner) -> Result<(usize, u32)> {
+    pub(super) fn alloc(&mut self, arena: &mut Arena, nbytes: usize, owner: Owner) -> Result<(usize, u32)> {
         let mut addr = 0;
         let id = self.alloc_run(arena, nbytes, owner, 1, |a| addr = a)?.0;
         Ok((addr, id))
@@ -155,7 +155,7 @@ impl Slabs {
     /// Up to `max` (at least 1) blocks for `nbytes`, live for `owner`, all from one slab (the
     /// class's newest partial one, or a new one), each address given to `take`; returns the
     /// slab's id and how many blocks it gave. A batch costs one look-up of its slab.
-    pub fn alloc_run(
+    pub(super) fn alloc_run(
         &mut self,
         arena: &mut Arena,
         nbytes: usize,
@@ -195,7 +195,7 @@ impl Slabs {
     }
 
     /// The live block that starts at `addr`, if one does.
-    pub fn find(&self, addr: usize) -> Option<Found> {
+    pub(super) fn find(&self, addr: usize) -> Option<Found> {
         let holds = |id: u32| {
             let slab = self.slabs.get(id as usize)?.as_ref()?;
             (addr >= slab.base && addr < slab.base + slab.bytes).then_some((id, slab))
@@ -223,7 +223,7 @@ impl Slabs {
     }
 
     /// The size of the blocks of slab `id`.
-    pub fn block_size(&self, id: u32) -> usize {
+    pub(super) fn block_size(&self, id: u32) -> usize {
         self.slabs[id as usize]
             .as_ref()
             .expect("live blocks belong to live slabs")
@@ -239,7 +239,7 @@ impl Slabs {
     }
 
     /// Takes back the block `find` found; an emptied slab returns to the arena.
-    pub fn release_found(&mut self, arena: &mut Arena, found: &Found) {
+    pub(super) fn release_found(&mut self, arena: &mut Arena, found: &Found) {
         let (id, index) = (found.id, found.index as usize);
         let slab = self.slabs[id as usize]
             .as_mut()
@@ -261,7 +261,7 @@ impl Slabs {
     }
 
     /// Returns the kept empty slabs to the arena, and frees the bookkeeping kept for new slabs.
-    pub fn release_empty(&mut self, arena: &mut Arena) {
+    pub(super) fn release_empty(&mut self, arena: &mut Arena) {
         for class in 0..self.empty.len() {
             if let Some(id) = self.empty[class].take() {
                 self.free_slab(arena, id);
