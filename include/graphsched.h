@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#define GS_VERSION_STRING "0.3.0"
+#define GS_VERSION_STRING "0.4.0"
 
 /* Output size meaning "the kernel allocates this output with gs_ctx_alloc_output". */
 #define GS_SIZE_DYNAMIC SIZE_MAX
@@ -36,13 +36,13 @@
 #define GS_VERSION_MAJOR 0
 
 // Minor version this header declares: the crate's, checked when the library builds.
-#define GS_VERSION_MINOR 3
+#define GS_VERSION_MINOR 4
 
 // Patch version this header declares: the crate's, checked when the library builds.
 #define GS_VERSION_PATCH 0
 
 // `major * 10000 + minor * 100 + patch`.
-#define GS_VERSION_NUMBER 300
+#define GS_VERSION_NUMBER 400
 
 // Most dimensions a `gs_tensor` carries.
 #define GS_MAX_DIMS 8
@@ -600,7 +600,8 @@ gs_status gs_cancel_token_new(struct gs_cancel_token **out);
 void gs_cancel_token_free(struct gs_cancel_token *token);
 
 // Cancels: runs using the token start no new node, let running kernels finish, return every
-// buffer and fail with `GS_ERR_CANCELLED`. Returns 1 for the call that cancelled, 0 if the token
+// buffer and fail with `GS_ERR_CANCELLED` (a run whose nodes had all started has nothing left
+// to stop, and ends with its outputs, `GS_OK`). Returns 1 for the call that cancelled, 0 if the token
 // was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
 //
 // Thread-safe: any thread, concurrently with any call but a free of the same handle.

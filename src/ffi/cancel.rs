@@ -52,7 +52,8 @@ pub unsafe extern "C" fn gs_cancel_token_free(token: *mut gs_cancel_token) {
 }
 
 /// Cancels: runs using the token start no new node, let running kernels finish, return every
-/// buffer and fail with `GS_ERR_CANCELLED`. Returns 1 for the call that cancelled, 0 if the token
+/// buffer and fail with `GS_ERR_CANCELLED` (a run whose nodes had all started has nothing left
+/// to stop, and ends with its outputs, `GS_OK`). Returns 1 for the call that cancelled, 0 if the token
 /// was cancelled already, -1 (last error set) for a bad token. Safe from any thread, any time.
 ///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.

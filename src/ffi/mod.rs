@@ -57,11 +57,11 @@ use crate::tensor::Tensor;
 /// Major version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_MAJOR: u32 = 0;
 /// Minor version this header declares: the crate's, checked when the library builds.
-pub const GS_VERSION_MINOR: u32 = 3;
+pub const GS_VERSION_MINOR: u32 = 4;
 /// Patch version this header declares: the crate's, checked when the library builds.
 pub const GS_VERSION_PATCH: u32 = 0;
 /// `major * 10000 + minor * 100 + patch`.
-pub const GS_VERSION_NUMBER: u32 = 300;
+pub const GS_VERSION_NUMBER: u32 = 400;
 
 /// Most dimensions a `gs_tensor` carries.
 pub const GS_MAX_DIMS: u32 = 8;

@@ -114,9 +114,12 @@ pub struct RunOptions<'a> {
     /// default: a result keeps the whole arena while it holds its outputs.
     pub auto_plan: bool,
     /// Another thread may stop the run with this token: no new node starts, running kernels
-    /// finish, every buffer goes back, and the run returns `ErrorKind::Cancelled`.
+    /// finish, every buffer goes back, and the run returns `ErrorKind::Cancelled`. A run whose
+    /// nodes had all started when the token was cancelled has nothing left to stop: it ends as
+    /// it would have, with its outputs.
     pub cancel: Option<&'a CancelToken>,
-    /// Past this instant no new node starts; the run returns `ErrorKind::DeadlineExceeded`.
+    /// Past this instant no new node starts; the run returns `ErrorKind::DeadlineExceeded` (as
+    /// for `cancel`, a run whose nodes had all started by then ends with its outputs).
     pub deadline: Option<Instant>,
     /// Data of this run for its kernels ([`KernelCtx::run_data`](crate::KernelCtx::run_data)): what a graph-wide closure
     /// cannot know, such as the request being served.
