@@ -66,7 +66,16 @@ pub(in crate::exec) fn in_order(state: &RunState<'_>, order: &[u32]) {
     scratch.keep_for_caller();
 }
 
-impl RunState<'_> {
+impl<'r> RunState<'r> {
+    /// The order a run without an executor follows: the one admission's guarantee is about
+    /// under a memory limit, else the topological order.
+    pub(crate) fn sequential_order(&self) -> &'r [u32] {
+        match self.gate {
+            Some(_) => &self.graph.lowest_live_order().order,
+            None => self.graph.topological_order(),
+        }
+    }
+
     /// Executes the nodes of `order` from its start while each can take the short path (module
     /// docs); returns how many of them it took, graph inputs passed over included. The node at
     /// that index, if any, is the general path's. One panic guard for the stretch: a panic of

@@ -114,15 +114,6 @@ impl<'r> RunState<'r> {
         )
     }
 
-    /// The order a run without an executor follows: the one admission's guarantee is about
-    /// under a memory limit, else the topological order.
-    pub(crate) fn sequential_order(&self) -> &'r [u32] {
-        match self.gate {
-            Some(_) => &self.graph.lowest_live_order().order,
-            None => self.graph.topological_order(),
-        }
-    }
-
     pub(crate) fn has_gate(&self) -> bool {
         self.gate.is_some()
     }
