@@ -241,7 +241,7 @@ impl HeapLock {
 
     /// Visits so far (for tests).
     #[cfg(test)]
-    pub fn visits(&self) -> u32 {
+    pub(super) fn visits(&self) -> u32 {
         self.visits.load(Ordering::Relaxed)
     }
 }

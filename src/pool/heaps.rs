@@ -307,12 +307,12 @@ impl Drop for Heaps {
 #[cfg(test)]
 impl Heaps {
     /// How many heaps the pool has made.
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.iter().count()
     }
 
     /// Visits of all its heaps so far.
-    pub fn visits(&self) -> u32 {
+    pub(super) fn visits(&self) -> u32 {
         self.iter().map(|h| h.lock.visits()).sum()
     }
 }

@@ -232,7 +232,7 @@ impl Slabs {
 
     /// Takes back a block; an emptied slab returns to the arena.
     #[cfg(test)]
-    pub fn release(&mut self, arena: &mut Arena, id: u32, addr: usize) {
+    pub(super) fn release(&mut self, arena: &mut Arena, id: u32, addr: usize) {
         let found = self.find(addr).expect("a live block");
         assert_eq!(found.id, id);
         self.release_found(arena, &found);
