@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_packages cmake:cmake pkg-config:pkg-config valgrind:valgrind
+# clang: the headers are checked with both compilers (header_check_* in ctest).
+ensure_packages cmake:cmake pkg-config:pkg-config valgrind:valgrind clang:clang
 
 echo "== cargo test (the core, the workloads, the loom model, and the generated-header check)"
 cargo test --locked --workspace --features graphsched/fault-injection
