@@ -61,7 +61,7 @@ static void act_add_input(Walk *w) {
     switch (chance(w, 75) ? 0 : 1 + pick(w, 4)) {
     case 1: EXPECT(w, GS_ERR_EMPTY_NAME, gs_graph_add_input(g->h, "", nbytes, &v)); return;
     case 2: if (g->n) EXPECT(w, GS_ERR_DUPLICATE_NAME, gs_graph_add_input(g->h, g->node[pick(w, g->n)].name, 16, &v)); return;
-    case 3: EXPECT(w, GS_ERR_INVALID_ARGUMENT, gs_graph_add_input(g->h, p->name, 0, &v)); return;
+    case 3: EXPECT(w, GS_ERR_SIZE_OVERFLOW, gs_graph_add_input(g->h, p->name, (size_t)PTRDIFF_MAX + 1, &v)); return;
     case 4: EXPECT(w, GS_ERR_NULL_ARGUMENT, gs_graph_add_input(g->h, NULL, nbytes, &v)); return;
     }
     EXPECT(w, GS_OK, gs_graph_add_input(g->h, p->name, nbytes, &v));
@@ -75,7 +75,7 @@ static void mark(Walk *w, Graph *g, uint32_t node, uint32_t k) {
 }
 
 static void act_add_node(Walk *w) {
-    static const size_t sizes[] = {16, 48, 100, 256, 1024, 1500}, with_zero[2] = {16, 0};
+    static const size_t sizes[] = {16, 48, 100, 256, 1024, 1500}, too_big[2] = {16, (size_t)PTRDIFF_MAX + 1};
     int gi;
     PICK(w, gi, MAXG, w->g[i].h && !w->g[i].fin && w->g[i].n < MAXN);
     if (gi < 0) return;
@@ -107,7 +107,7 @@ static void act_add_node(Walk *w) {
     case 3: d.num_outputs = 0, want = GS_ERR_INVALID_ARGUMENT; break;
     case 4: d.kernel = NULL, want = GS_ERR_NULL_ARGUMENT; break;
     case 5: d.flags |= 4u << pick(w, 29), want = GS_ERR_INVALID_ARGUMENT; break;
-    case 6: d.output_sizes = with_zero, d.num_outputs = 2, want = GS_ERR_INVALID_ARGUMENT; break;
+    case 6: d.output_sizes = too_big, d.num_outputs = 2, want = GS_ERR_SIZE_OVERFLOW; break;
     case 7: d.flags |= GS_NODE_IN_PLACE, d.in_place_input = (uint16_t)p->nin, want = GS_ERR_INVALID_ARGUMENT; break;
     case 8: EXPECT(w, GS_ERR_NULL_ARGUMENT, gs_graph_add_node(g->h, NULL, &id)); return;
     }
