@@ -8,7 +8,8 @@
  * (its `user_data`), with one 16-byte output; the sinks' outputs are the graph's outputs. A run
  * is gs_run + gs_result_free. graphsched chooses between its threads and the caller as it does
  * for any user (its learned durations, no estimates given) unless KS_FORCE_EXECUTOR=1, which sets
- * GS_RUN_FORCE_EXECUTOR: every run goes through the executor's queues. KS_DEBUG=1 prints the
+ * GS_RUN_FORCE_EXECUTOR: every run goes through the executor's queues. KS_FREEZE=1 sets
+ * GS_RUN_FREEZE_ESTIMATES (for diagnosis: what learning costs). KS_DEBUG=1 prints the
  * threads a run used (gs_run_stats.threads) to stderr.
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
@@ -113,6 +114,10 @@ int main(int argc, char **argv) {
   opts.executor = ex;
   const char *force = getenv("KS_FORCE_EXECUTOR");
   if (force && atoi(force)) opts.flags |= GS_RUN_FORCE_EXECUTOR;
+  /* KS_FREEZE=1 (a diagnosis, not the benchmark): runs keep the estimates the warm-up left
+   * (GS_RUN_FREEZE_ESTIMATES), so no run times kernels or recomputes the priorities. */
+  const char *freeze = getenv("KS_FREEZE");
+  if (freeze && atoi(freeze)) opts.flags |= GS_RUN_FREEZE_ESTIMATES;
 
   uint32_t runs = ks_runs_per_sample(&w, threads);
   uint64_t samples[KS_SAMPLES];
