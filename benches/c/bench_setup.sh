@@ -1,7 +1,8 @@
 # Sourced by the C benchmark scripts: installs libtbb-dev if it is missing (apt-get, with sudo
 # when not root) and configures the Release benchmark build in $root/build-bench.
-# Expects: root (the repository). Sets: build, jobs; exports CARGO_BUILD_JOBS.
-build="$root/build-bench"
+# Expects: root (the repository); BUILD overrides the build directory (default $root/build-bench).
+# Sets: build, jobs; exports CARGO_BUILD_JOBS.
+build="${BUILD:-$root/build-bench}"
 jobs="${JOBS:-1}"
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-$jobs}"
 

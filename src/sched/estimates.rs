@@ -5,7 +5,7 @@
 //! ([`Priorities::should_sample_op`]) and fold them into a moving average per op type
 //! ([`Graph::learn`]); the [`Priorities`] and the figures of [`Graph::info`] follow the current
 //! estimates, recomputed when the averages have moved by more than a fifth (and by at least
-//! [`MIN_MOVE_NS`]).
+//! [`MIN_MOVE_NS`], and by more than their op type's noise: `Graph::learned_op_dev`).
 //!
 //! The state lives with the graph (runs of the same graph share what they learn), in the slot
 //! [`Graph`] keeps for the scheduler, so that `graph` itself knows nothing of scheduling.
@@ -44,6 +44,11 @@ struct Learned {
     /// Relaxed: each is a self-contained number and no other memory is published through it;
     /// a lost update between racing runs only delays learning.
     op_ns: Vec<AtomicU64>,
+    /// Per op type: an exponential moving average (weight 1/8) of how far each measured
+    /// duration was from `op_ns` before it was folded in, in ns: the op type's noise. An
+    /// average of weight 1/8 wanders by about a quarter of the samples' spread on its own, so a
+    /// move smaller than this is noise, not news (`Priorities::is_stale`). Relaxed, as `op_ns`.
+    op_dev: Vec<AtomicU64>,
     /// Per op type, for kernels that split their work (`KernelCtx::parallel_for`): a moving
     /// average of the threads their loops ran on, in sixteenths (0: never measured in a loop).
     op_width: Vec<AtomicU64>,
@@ -114,6 +119,7 @@ fn fold(slot: &AtomicU64, x: u64) {
 fn learned(g: &Graph) -> &Learned {
     g.annex(Annex::Scheduling, || Learned {
         op_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
+        op_dev: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         op_width: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         op_thread_ns: (0..g.op_type_count()).map(|_| AtomicU64::new(0)).collect(),
         op_deferred: (0..g.op_type_count()).map(|_| AtomicBool::new(false)).collect(),
@@ -144,6 +150,15 @@ impl Graph {
             .map_or(0, |a| a.load(Ordering::Relaxed))
     }
 
+    /// How far an op type's measured durations fall from their average, on average (0: not
+    /// known yet): the noise its average moves by without its kernels changing.
+    pub fn learned_op_dev(&self, op: u32) -> u64 {
+        learned(self)
+            .op_dev
+            .get(op as usize)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
     /// Folds one measured duration of `node` into its op type's moving average (weight 1/8).
     pub fn learn(&self, node: u32, ns: u64) {
         self.learn_sample(
@@ -160,6 +175,10 @@ impl Graph {
         let l = learned(self);
         let op = self.op_index(node) as usize;
         let Some(slot) = l.op_ns.get(op) else { return };
+        let before = slot.load(Ordering::Relaxed);
+        if before != 0 {
+            fold(&l.op_dev[op], sample.ns.abs_diff(before));
+        }
         fold(slot, sample.ns);
         if sample.width > 1 || l.op_width[op].load(Ordering::Relaxed) != 0 {
             fold(&l.op_width[op], u64::from(sample.width.max(1)) * 16);

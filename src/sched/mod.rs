@@ -386,8 +386,18 @@ impl Priorities {
     }
 
     /// Whether learned estimates have moved since these were computed: an op type measured or
-    /// deferring for the first time, or one whose average moved by more than a fifth and by at
-    /// least [`MIN_MOVE_NS`].
+    /// deferring for the first time, or one whose average moved by more than a fifth, by at
+    /// least [`MIN_MOVE_NS`] and by more than its noise: its samples' mean deviation from the
+    /// average (`Graph::learned_op_dev`), capped at the old average.
+    ///
+    /// The noise keeps an op type of widely spread durations (one type for kernels of 0.1 to 20
+    /// us) from recomputing the priorities on nearly every run: its average (weight 1/8)
+    /// wanders by about a quarter of the samples' spread on its own, so a move past their mean
+    /// deviation is mostly news. The cap makes a real change of such kernels by 2x or more show
+    /// all the same (and a single sample of 9 times the average or more). For steady kernels the deviation is small and the fifth decides, as
+    /// before (a step from 1 to 2 us shows after 3 samples either way). Measured on
+    /// benches/c/run_kernels.sh's random500 at kernels of 1 us: recomputing its 500 nodes'
+    /// priorities on every run cost 35-40 us a run, about 75 ns a node.
     pub fn is_stale(&self, g: &Graph) -> bool {
         let kinds_moved = self
             .kinds_basis
@@ -400,7 +410,10 @@ impl Priorities {
             || self.basis.iter().enumerate().any(|(op, &old)| {
                 let new = g.learned_op_ns(op as u32);
                 let moved = new.abs_diff(old);
-                (old == 0 && new != 0) || (moved * 5 > old && moved >= estimates::MIN_MOVE_NS)
+                // The noise allowed for is at most the old average: a change of its kernels by
+                // 2x or more always shows, however noisy the op type.
+                let noise = g.learned_op_dev(op as u32).min(old);
+                (old == 0 && new != 0) || (moved * 5 > old && moved >= estimates::MIN_MOVE_NS && moved > noise)
             })
     }
 }
@@ -485,6 +498,43 @@ mod tests {
             g.learn(n, 10_000);
         }
         assert!(!Arc::ptr_eq(&learned, &g.priorities()), "a real move");
+    }
+
+    #[test]
+    fn a_noisy_op_type_recomputes_on_news_not_on_its_noise() {
+        let mut b = GraphBuilder::new();
+        let n = b
+            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
+            .unwrap();
+        let g = b.finalize().unwrap();
+        // Kernels of 0.2 to 6 us around 1.4 us, most short and a few long (as lognormal
+        // durations are): their mean deviation is about 1.9 us.
+        let noisy = [200, 6_000, 300, 400, 5_000, 250, 300, 600];
+        for _ in 0..8 {
+            for ns in noisy {
+                g.learn(n, ns);
+            }
+        }
+        let settled = g.priorities();
+        let dev = g.learned_op_dev(g.op_index(n));
+        assert!((1_000..3_000).contains(&dev), "mean deviation {dev} ns");
+        // The same noise again moves the average by more than a fifth (and 250 ns) on 6 of 16
+        // samples, each of which recomputed the priorities before, but never by more than its
+        // deviation: the priorities stay.
+        for ns in noisy.iter().chain(&noisy) {
+            g.learn(n, *ns);
+            assert!(Arc::ptr_eq(&settled, &g.priorities()), "noise recomputed them");
+        }
+        // Kernels three times slower: news, within a few samples.
+        let mut seen = 0;
+        for k in 1..=8 {
+            g.learn(n, 4_500);
+            if !Arc::ptr_eq(&settled, &g.priorities()) {
+                seen = k;
+                break;
+            }
+        }
+        assert!((1..=6).contains(&seen), "a 3x move took {seen} samples (0: never)");
     }
 
     #[test]

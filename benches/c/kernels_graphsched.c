@@ -1,0 +1,146 @@
+/*
+ * graphsched's side of the kernel-size benchmark (kernels_common.h says what it measures; the
+ * oneTBB side is kernels_tbb.cpp; benches/c/run_kernels.sh runs both in turns).
+ *
+ * Usage: kernels_graphsched WORKLOAD [KERNEL_US]   (WORKLOAD: a name of ks_workloads[])
+ * One executor of $KS_THREADS threads in all (default 2: the calling thread and one worker), one
+ * pool; the graph is built and finalized once, every node a C kernel spinning for its duration
+ * (its `user_data`), with one 16-byte output; the sinks' outputs are the graph's outputs. A run
+ * is gs_run + gs_result_free. graphsched chooses between its threads and the caller as it does
+ * for any user (its learned durations, no estimates given) unless KS_FORCE_EXECUTOR=1, which sets
+ * GS_RUN_FORCE_EXECUTOR: every run goes through the executor's queues. KS_FREEZE=1 sets
+ * GS_RUN_FREEZE_ESTIMATES (for diagnosis: what learning costs). KS_DEBUG=1 prints the
+ * threads a run used (gs_run_stats.threads) to stderr.
+ */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
+#include <graphsched.h>
+
+#include "kernels_common.h"
+
+#define KS_NOINLINE __attribute__((noinline))
+
+static int32_t spin(gs_kernel_ctx *c, void *user) {
+  (void)c;
+  ks_spin(*(const uint64_t *)user);
+  return 0;
+}
+
+static void check(gs_status s, const char *what) {
+  if (s != GS_OK) {
+    fprintf(stderr, "graphsched %s failed: %s: %s\n", what, gs_status_name(s),
+            gs_last_error_message());
+    exit(1);
+  }
+}
+
+static gs_graph *build(const ks_workload *w) {
+  gs_graph *g = NULL;
+  static const size_t out_size[1] = {16};
+  uint32_t max_in = 1;
+  for (uint32_t i = 0; i < w->num_nodes; i++)
+    if (w->pred_start[i + 1] - w->pred_start[i] > max_in) max_in = w->pred_start[i + 1] - w->pred_start[i];
+  gs_value *ins = (gs_value *)ks_xmalloc(sizeof(gs_value) * max_in);
+  uint8_t *has_consumer = (uint8_t *)ks_xmalloc(w->num_nodes);
+  memset(has_consumer, 0, w->num_nodes);
+  check(gs_graph_new(&g), "gs_graph_new");
+  for (uint32_t i = 0; i < w->num_nodes; i++) {
+    char name[16];
+    gs_node_desc d;
+    uint32_t id = 0, k = 0;
+    for (uint32_t e = w->pred_start[i]; e < w->pred_start[i + 1]; e++, k++) {
+      ins[k].node = w->preds[e]; /* no graph inputs: node ids equal workload indices */
+      ins[k].output = 0;
+      has_consumer[w->preds[e]] = 1;
+    }
+    snprintf(name, sizeof name, "n%u", i);
+    memset(&d, 0, sizeof d);
+    d.name = name;
+    d.op_type = "Spin";
+    d.kernel = spin;
+    d.user_data = &w->dur_ns[i];
+    d.inputs = ins;
+    d.num_inputs = k;
+    d.num_outputs = 1;
+    d.output_sizes = out_size;
+    check(gs_graph_add_node(g, &d, &id), "gs_graph_add_node");
+    if (id != i) {
+      fprintf(stderr, "unexpected node id %u for node %u\n", id, i);
+      exit(1);
+    }
+  }
+  for (uint32_t i = 0; i < w->num_nodes; i++) {
+    if (!has_consumer[i]) {
+      gs_value v = {i, 0};
+      check(gs_graph_mark_output(g, v), "gs_graph_mark_output");
+    }
+  }
+  check(gs_graph_finalize(g), "gs_graph_finalize");
+  free(ins);
+  free(has_consumer);
+  return g;
+}
+
+/* One sample's runs (never inlined: a profiler can single them out). */
+static KS_NOINLINE void ks_timed_runs(gs_graph *g, gs_pool *pool, const gs_run_options *opts,
+                                      uint32_t runs) {
+  for (uint32_t k = 0; k < runs; k++) {
+    gs_run_result *res = NULL;
+    check(gs_run(g, pool, opts, &res), "gs_run");
+    gs_result_free(res);
+  }
+}
+
+int main(int argc, char **argv) {
+  ks_workload w;
+  if (argc < 2 || !ks_make(&w, argv[1], ks_kernel_us(argc, argv))) {
+    fprintf(stderr, "usage: %s WORKLOAD [KERNEL_US]; workloads:", argv[0]);
+    for (size_t i = 0; i < sizeof ks_workloads / sizeof ks_workloads[0]; i++)
+      fprintf(stderr, " %s", ks_workloads[i]);
+    fprintf(stderr, "\n");
+    return 2;
+  }
+  int threads = ks_threads();
+  gs_executor_config cfg;
+  gs_executor *ex = NULL;
+  gs_pool *pool = NULL;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.threads = (uint32_t)threads;
+  check(gs_executor_new(&cfg, &ex), "gs_executor_new");
+  check(gs_pool_new(NULL, &pool), "gs_pool_new");
+  gs_graph *g = build(&w);
+
+  gs_run_options opts;
+  memset(&opts, 0, sizeof opts);
+  opts.executor = ex;
+  const char *force = getenv("KS_FORCE_EXECUTOR");
+  if (force && atoi(force)) opts.flags |= GS_RUN_FORCE_EXECUTOR;
+  /* KS_FREEZE=1 (a diagnosis, not the benchmark): runs keep the estimates the warm-up left
+   * (GS_RUN_FREEZE_ESTIMATES), so no run times kernels or recomputes the priorities. */
+  const char *freeze = getenv("KS_FREEZE");
+  if (freeze && atoi(freeze)) opts.flags |= GS_RUN_FREEZE_ESTIMATES;
+
+  uint32_t runs = ks_runs_per_sample(&w, threads);
+  uint64_t samples[KS_SAMPLES];
+  for (int r = 0; r < KS_WARMUP; r++) ks_timed_runs(g, pool, &opts, runs);
+  for (int r = 0; r < KS_SAMPLES; r++) {
+    uint64_t t0 = ks_now_ns();
+    ks_timed_runs(g, pool, &opts, runs);
+    samples[r] = ks_now_ns() - t0;
+  }
+  ks_report("graphsched", &w, threads, runs, samples);
+
+  const char *debug = getenv("KS_DEBUG");
+  if (debug && atoi(debug)) {
+    gs_run_result *res = NULL;
+    gs_run_stats st;
+    check(gs_run(g, pool, &opts, &res), "gs_run (debug)");
+    check(gs_result_stats(res, &st), "gs_result_stats");
+    gs_result_free(res);
+    fprintf(stderr, "%s: threads %llu\n", w.name, (unsigned long long)st.threads);
+  }
+  gs_graph_free(g);
+  gs_pool_free(pool);
+  gs_executor_free(ex);
+  ks_free(&w);
+  return 0;
+}
