@@ -354,11 +354,20 @@ mod tests {
     fn the_owner_and_visitors_exclude_each_other() {
         exclusion(false);
         if barrier_available() {
-            exclusion(true);
+            // Whether the bias goes off depends on the visitors running while the owner does:
+            // on a loaded machine a round may see none of that, so up to 20 rounds, each
+            // checking exclusion, until one sees the bias go off and on.
+            let off_and_on = (0..20).any(|_| exclusion(true) == [true, true]);
+            assert!(
+                off_and_on,
+                "in 20 rounds the bias never went off under the visitors' bursts"
+            );
         }
     }
 
-    fn exclusion(biased: bool) {
+    /// Runs an owner and two visitors on one lock and checks that no increment is lost; returns
+    /// the biases the owner saw (off, on).
+    fn exclusion(biased: bool) -> [bool; 2] {
         struct Guarded {
             lock: HeapLock,
             count: UnsafeCell<u64>,
@@ -416,9 +425,12 @@ mod tests {
         visit_all([&g.lock]);
         // SAFETY: under the lock, every other thread gone.
         assert_eq!(unsafe { *g.count.get() }, owned + 2 * VISITS, "can bias: {biased}");
-        // With the barrier the bias went off under the bursts and on again after; without,
-        // it never came on.
-        assert_eq!(seen, [true, biased], "biases seen (off, on), can bias: {biased}");
+        // Without the barrier the bias never comes on.
+        assert!(
+            biased || seen == [true, false],
+            "biases seen (off, on): {seen:?}, without the barrier"
+        );
         g.lock.leave_visit();
+        seen
     }
 }
