@@ -171,15 +171,16 @@ impl KernelCtx<'_> {
                 format!("dynamic output {i} of node '{name}' is allocated already"),
             );
         }
-        // An empty output gets a dangling, aligned pointer: nothing to allocate or give back.
-        let ptr = match nbytes {
-            0 => crate::tensor::EMPTY_DATA,
-            _ => dynamic.allocate(i, nbytes)?,
+        // An empty output gets EMPTY_DATA, as every value of 0 bytes: nothing to allocate or
+        // give back.
+        let buffer = match nbytes {
+            0 => Buffer::EMPTY,
+            _ => Buffer::new(dynamic.allocate(i, nbytes)?, nbytes),
         };
         let slot = &mut self.outputs[i];
-        slot.buffer = Buffer::new(ptr, nbytes);
+        slot.buffer = buffer;
         // Keep a dtype or shape the kernel set before allocating.
-        slot.tensor.data = ptr;
+        slot.tensor.data = buffer.ptr;
         slot.tensor.nbytes = nbytes;
         Ok(&mut slot.tensor)
     }

@@ -15,6 +15,8 @@
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c11 */
 #include <graphsched.h>
 
+#include "graph_build.h"
+
 #include "kernels_common.h"
 
 #define KS_NOINLINE __attribute__((noinline))
@@ -34,50 +36,7 @@ static void check(gs_status s, const char *what) {
 }
 
 static gs_graph *build(const ks_workload *w) {
-  gs_graph *g = NULL;
-  static const size_t out_size[1] = {16};
-  uint32_t max_in = 1;
-  for (uint32_t i = 0; i < w->num_nodes; i++)
-    if (w->pred_start[i + 1] - w->pred_start[i] > max_in) max_in = w->pred_start[i + 1] - w->pred_start[i];
-  gs_value *ins = (gs_value *)ks_xmalloc(sizeof(gs_value) * max_in);
-  uint8_t *has_consumer = (uint8_t *)ks_xmalloc(w->num_nodes);
-  memset(has_consumer, 0, w->num_nodes);
-  check(gs_graph_new(&g), "gs_graph_new");
-  for (uint32_t i = 0; i < w->num_nodes; i++) {
-    char name[16];
-    gs_node_desc d;
-    uint32_t id = 0, k = 0;
-    for (uint32_t e = w->pred_start[i]; e < w->pred_start[i + 1]; e++, k++) {
-      ins[k].node = w->preds[e]; /* no graph inputs: node ids equal workload indices */
-      ins[k].output = 0;
-      has_consumer[w->preds[e]] = 1;
-    }
-    snprintf(name, sizeof name, "n%u", i);
-    memset(&d, 0, sizeof d);
-    d.name = name;
-    d.op_type = "Spin";
-    d.kernel = spin;
-    d.user_data = &w->dur_ns[i];
-    d.inputs = ins;
-    d.num_inputs = k;
-    d.num_outputs = 1;
-    d.output_sizes = out_size;
-    check(gs_graph_add_node(g, &d, &id), "gs_graph_add_node");
-    if (id != i) {
-      fprintf(stderr, "unexpected node id %u for node %u\n", id, i);
-      exit(1);
-    }
-  }
-  for (uint32_t i = 0; i < w->num_nodes; i++) {
-    if (!has_consumer[i]) {
-      gs_value v = {i, 0};
-      check(gs_graph_mark_output(g, v), "gs_graph_mark_output");
-    }
-  }
-  check(gs_graph_finalize(g), "gs_graph_finalize");
-  free(ins);
-  free(has_consumer);
-  return g;
+  return gb_build_graph(w->num_nodes, w->pred_start, w->preds, "Spin", spin, w->dur_ns, sizeof w->dur_ns[0]);
 }
 
 /* One sample's runs (never inlined: a profiler can single them out). */
