@@ -8,7 +8,9 @@ Steps (each says which node is at fault when it cannot go on):
    each value's element type and shape; a value whose shape differs between two inputs depends
    on the data, and blocks the split;
 4. write each node as a model of its own (its weights inside) and manifest.json, which the
-   graphsched-onnx program reads.
+   graphsched-onnx program reads;
+5. write call.onnx, one Identity of one float: a call that does nothing, whose time is the fixed
+   cost of a call (gsched-onnx --partition measures it).
 
 Usage: prepare.py MODEL.onnx OUT_DIR [--input-shape 1x3x640x640]
        prepare.py --clusters PREPARED_DIR/partition-T.json OUT_DIR
@@ -243,11 +245,26 @@ def write_clusters(choice_path, out_dir):
         file = f"{c:04}.onnx"
         onnx.save(part, os.path.join(out_dir, file))
         nodes.append({"name": name, "op": "Cluster", "domain": "", "file": file, "inputs": ins, "outputs": outs})
-    manifest["prepared"] = os.path.relpath(os.path.join(prepared_dir, manifest["prepared"]), out_dir)
+    for key in ("prepared", "call_model"):
+        if key in manifest:
+            manifest[key] = os.path.relpath(os.path.join(prepared_dir, manifest[key]), out_dir)
     manifest["nodes"] = nodes
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"wrote {len(nodes)} cluster models of {len(graph.node)} nodes in {out_dir}")
+
+
+def write_call_model(model, out_dir):
+    """The empty call: one Identity of one float, at the model's opset and IR version."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "call", [x], [y])
+    call = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    call.ir_version = model.ir_version
+    onnx.checker.check_model(call)
+    onnx.save(call, os.path.join(out_dir, "call.onnx"))
+    return "call.onnx"
 
 
 def main():
@@ -287,6 +304,7 @@ def main():
         "outputs": [o.name for o in prepared.graph.output],
         "values": [tensor_entry(v, *values[v]) for v in sorted(produced)],
         "nodes": nodes,
+        "call_model": write_call_model(prepared, args.out_dir),
     }
     for o in manifest["outputs"]:
         if o not in produced:

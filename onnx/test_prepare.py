@@ -65,6 +65,12 @@ if done.returncode == 0:
                           capture_output=True, text=True)
     expect(part.returncode == 0 and os.path.exists(os.path.join(out, "partition-2.json")),
            f"graphsched partitions it ({part.stderr.strip()[-300:]})")
+    if part.returncode == 0:
+        with open(os.path.join(out, "partition-2.json")) as f:
+            considered = json.load(f)["considered"]
+        # A call is given at least what an empty one (call.onnx) was measured to cost.
+        expect(considered and all(0 < p["empty_call_ns"] <= p["call_cost_ns"] for p in considered),
+               f"every way's call cost is at least the empty call's, measured ({considered})")
     with open(os.path.join(out, "manifest.json")) as f:
         count = len(json.load(f)["nodes"])
     pairs = [list(range(i, min(i + 2, count))) for i in range(0, count, 2)]

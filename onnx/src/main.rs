@@ -232,12 +232,13 @@ fn write_partitions(args: &Args, threads: &[usize]) -> Result<(), String> {
         let choice = partition::choose(considered).ok_or("no way to run the clusters")?;
         let c = &choice.chosen;
         eprintln!(
-            "partition at {t} thread{}: {} nodes in {} clusters, {:?}, calls of {:.2} us; simulated {:.2} -> {:.2} ms",
+            "partition at {t} thread{}: {} nodes in {} clusters, {:?}, calls of {:.2} us (an empty one {:.2} us); simulated {:.2} -> {:.2} ms",
             if t == 1 { "" } else { "s" },
             c.nodes,
             c.clusters.len(),
             c.way,
             c.call_cost_ns as f64 / 1e3,
+            c.empty_call_ns as f64 / 1e3,
             c.before_ns as f64 / 1e6,
             c.after_ns as f64 / 1e6
         );

@@ -50,6 +50,10 @@ pub struct Manifest {
     pub prepared: String,
     /// Bytes of the model's weights.
     pub weights_bytes: u64,
+    /// A model whose call does nothing (one Identity of one float), relative to the manifest:
+    /// its time is the fixed cost of a call. Absent in directories prepared before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_model: Option<String>,
     /// The graph inputs (one).
     pub inputs: Vec<TensorInfo>,
     /// The graph outputs, by name.

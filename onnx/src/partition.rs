@@ -13,7 +13,7 @@ use crate::graph::{gs_check, OnnxGraph};
 use crate::manifest::Manifest;
 use crate::measure::median;
 use crate::ort_api::{Arena, Runtime, SessionConfig};
-use crate::run::{Engine, Memory, WholeModel};
+use crate::run::{Aligned, Engine, Memory, WholeModel};
 use graphsched::ffi::*;
 use graphsched::{GraphInfo, SimResult};
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,8 @@ const WARM_RUNS: usize = 2;
 const LEARN_RUNS: usize = 24;
 const LEARN_NS: u128 = 1_500_000_000;
 const MAX_RUNS: usize = 2_000;
+/// Timed calls of the empty model (after 10 to warm up): about 2 ms.
+const EMPTY_CALLS: usize = 1_000;
 
 /// How the clusters run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,8 +47,12 @@ pub struct Proposal {
     pub way: Way,
     /// Threads in all.
     pub threads: usize,
-    /// The fixed cost of a call, measured.
+    /// The cost of a call the partition was given: what the per-node run spent beyond the
+    /// whole model, per call, but never less than an empty call.
     pub call_cost_ns: u64,
+    /// What a call that does nothing costs (`call.onnx`), measured; 0 where not measured.
+    #[serde(default)]
+    pub empty_call_ns: u64,
     /// Operator nodes, and clusters proposed.
     pub nodes: usize,
     /// Clusters as indices of the manifest's nodes.
@@ -144,7 +150,14 @@ pub fn propose(
     gs_check(status, "gs_graph_get_info")?;
     let whole_ns = whole_model_ns(&runtime, manifest, config)?;
     let calls = graph.nodes.max(2) as u64 - 1;
-    let call_cost_ns = (info.total_work_ns.saturating_sub(whole_ns) / calls).max(floor_ns);
+    // The excess per call is a difference of two sums that each drift by about 1% between runs:
+    // on a model of few, long nodes it can read 0 (seen on a 48-node classifier), and a
+    // partition told that calls are free merges nothing. A call never costs less than one that
+    // does nothing.
+    let empty_call_ns = empty_call_ns(&runtime, manifest, config)?;
+    let call_cost_ns = (info.total_work_ns.saturating_sub(whole_ns) / calls)
+        .max(floor_ns)
+        .max(empty_call_ns);
     let options = gs_partition_options {
         call_cost_ns,
         threads: if intra { 1 } else { threads as u32 },
@@ -192,6 +205,7 @@ pub fn propose(
         way,
         threads,
         call_cost_ns,
+        empty_call_ns,
         nodes: graph.nodes,
         clusters,
         before_ns: before.makespan_ns,
@@ -201,6 +215,31 @@ pub fn propose(
 }
 
 /// The whole model in one session run as `config` runs the nodes: median of a few runs.
+/// The median time of a `Run` of the manifest's empty call (`call.onnx`, prepare.py), in a
+/// session made as the nodes' are; 0 for a directory prepared without one.
+fn empty_call_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig) -> Result<u64, String> {
+    let Some(file) = &manifest.call_model else {
+        return Ok(0);
+    };
+    let session = runtime.session(&manifest.dir.join(file), config)?;
+    let (mut x, mut y) = (Aligned::zeroed(4), Aligned::zeroed(4));
+    const FLOAT: i32 = 1; // ONNX's TensorProto.FLOAT
+                          // SAFETY: each buffer holds one float and outlives every run below.
+    let input = [unsafe { runtime.tensor(x.ptr(), 4, &[1], FLOAT) }?];
+    let mut output = [unsafe { runtime.tensor(y.ptr(), 4, &[1], FLOAT) }?];
+    let (names_in, names_out) = ([c"x".as_ptr()], [c"y".as_ptr()]);
+    let mut times = Vec::with_capacity(EMPTY_CALLS);
+    for i in 0..EMPTY_CALLS + 10 {
+        let start = Instant::now();
+        // SAFETY: static NUL-terminated names; the values wrap the buffers above.
+        unsafe { session.run(&names_in, &input, &names_out, &mut output) }?;
+        if i >= 10 {
+            times.push(start.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(median(&mut times))
+}
+
 fn whole_model_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig) -> Result<u64, String> {
     let session = runtime.session(
         &manifest.dir.join(&manifest.prepared),
@@ -229,6 +268,7 @@ mod tests {
             way,
             threads: 2,
             call_cost_ns: 1000,
+            empty_call_ns: 0,
             nodes: 10,
             clusters: vec![vec![0]; clusters],
             before_ns: 100,

@@ -364,6 +364,7 @@ mod tests {
             way,
             threads: 2,
             call_cost_ns: 1000,
+            empty_call_ns: 0,
             nodes: 3,
             clusters,
             before_ns: 100,
