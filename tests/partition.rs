@@ -60,8 +60,16 @@ fn check_partition(g: &Graph, options: &PartitionOptions) -> graphsched::partiti
     for v in 0..g.node_count() as u32 {
         assert_eq!(seen[v as usize], u32::from(!g.is_graph_input(v)), "node {v}");
     }
-    // Convex: no path leaves a cluster and comes back (an edge from a later cluster in the
-    // order of first members into an earlier one would close a cycle of the cluster graph).
+    // In an order that runs them: every edge between clusters goes from an earlier one to a
+    // later one.
+    for v in 0..g.node_count() as u32 {
+        for &w in g.successors(v) {
+            if let (Some(from), Some(to)) = (p.cluster_of(v), p.cluster_of(w)) {
+                assert!(from <= to, "cluster {to} reads node {v} of the later cluster {from}");
+            }
+        }
+    }
+    // Convex: no path leaves a cluster and comes back.
     let reach = reachability(g);
     for list in p.clusters() {
         for &a in list {

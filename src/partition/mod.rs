@@ -97,8 +97,9 @@ pub struct Partition {
 }
 
 impl Partition {
-    /// The clusters, as node ids in topological order, in the topological order of their first
-    /// nodes.
+    /// The clusters, as node ids in topological order, in an order that runs them: every cluster
+    /// after each cluster it reads from (among those free to go, the one whose first node comes
+    /// first in the graph's topological order).
     pub fn clusters(&self) -> &[Vec<u32>] {
         &self.clusters
     }
@@ -222,6 +223,10 @@ fn singletons(graph: &Graph) -> Vec<u32> {
 }
 
 /// The partition as callers see it: clusters in topological order, members too.
+///
+/// Sorting clusters by their first nodes is not enough: with edges a -> c and b -> c, {a, c} is
+/// convex and comes before {b} by its first node, yet it reads b's output. So clusters go in
+/// Kahn's order over the cluster graph, ties by first node.
 fn finish(
     graph: &Graph,
     cluster_of: Vec<u32>,
@@ -235,7 +240,7 @@ fn finish(
     for list in &mut clusters {
         list.sort_unstable_by_key(|&v| pos[v as usize]);
     }
-    clusters.sort_unstable_by_key(|list| pos[list[0] as usize]);
+    let clusters = run_order(graph, &cluster_of, clusters, pos);
     let mut renumbered = vec![u32::MAX; cluster_of.len()];
     for (c, list) in clusters.iter().enumerate() {
         for &v in list {
@@ -249,6 +254,47 @@ fn finish(
         after,
         evaluations,
     }
+}
+
+/// `clusters` (members sorted by `pos`) in Kahn's order over the cluster graph that
+/// `cluster_of` makes, ties by the position of their first members.
+fn run_order(graph: &Graph, cluster_of: &[u32], clusters: Vec<Vec<u32>>, pos: &[u32]) -> Vec<Vec<u32>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut waiting = vec![0usize; clusters.len()];
+    let crossing = |v: u32| {
+        let from = cluster_of[v as usize];
+        graph
+            .successors(v)
+            .iter()
+            .map(move |&w| cluster_of[w as usize])
+            .filter(move |&to| to != from && to != u32::MAX)
+    };
+    for list in &clusters {
+        for &v in list {
+            crossing(v).for_each(|to| waiting[to as usize] += 1);
+        }
+    }
+    let mut free: BinaryHeap<_> = (0..clusters.len())
+        .filter(|&c| waiting[c] == 0)
+        .map(|c| Reverse((pos[clusters[c][0] as usize], c)))
+        .collect();
+    let mut order = Vec::with_capacity(clusters.len());
+    while let Some(Reverse((_, c))) = free.pop() {
+        order.push(c);
+        for &v in &clusters[c] {
+            for to in crossing(v) {
+                waiting[to as usize] -= 1;
+                if waiting[to as usize] == 0 {
+                    free.push(Reverse((pos[clusters[to as usize][0] as usize], to as usize)));
+                }
+            }
+        }
+    }
+    // A convex partition's cluster graph is acyclic (`quotient` refused it otherwise).
+    debug_assert_eq!(order.len(), clusters.len(), "the cluster graph has a cycle");
+    let mut slots: Vec<Option<Vec<u32>>> = clusters.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|c| slots[c].take()).collect()
 }
 
 #[cfg(test)]

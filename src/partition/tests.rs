@@ -105,3 +105,30 @@ fn given_partitions_are_checked() {
     assert!(input.message().contains("graph input"), "{input}");
     assert_eq!(sim(&[vec![1, 2, 3, 4]]).unwrap().makespan_ns, 1000 * 4);
 }
+
+#[test]
+fn clusters_come_in_an_order_that_runs_them() {
+    // x -> a -> c <- b <- x: {a, c} is convex and its first node comes before b, yet it reads
+    // b's output, so {b} must come first.
+    let mut g = GraphBuilder::new();
+    let x = g.add_input("x", 64).unwrap();
+    let a = g.add_node(op("a", 1000, 64).input(x)).unwrap();
+    let b = g.add_node(op("b", 1000, 64).input(x)).unwrap();
+    let c = g
+        .add_node(op("c", 1000, 64).input(ValueRef::new(a, 0)).input(ValueRef::new(b, 0)))
+        .unwrap();
+    g.mark_output(ValueRef::new(c, 0)).unwrap();
+    let g = g.finalize().unwrap();
+    let pos = g.topological_positions();
+    assert!(pos[a as usize] < pos[b as usize], "the graph's order puts a first");
+    let mut cluster_of = vec![u32::MAX; g.node_count()];
+    cluster_of[a as usize] = 0;
+    cluster_of[c as usize] = 0;
+    cluster_of[b as usize] = 1;
+    let p = finish(&g, cluster_of, 2, SimResult::default(), SimResult::default(), 0);
+    assert_eq!(p.clusters(), &[vec![b], vec![a, c]]);
+    assert_eq!(
+        (p.cluster_of(b), p.cluster_of(a), p.cluster_of(c)),
+        (Some(0), Some(1), Some(1))
+    );
+}
