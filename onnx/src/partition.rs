@@ -97,6 +97,9 @@ pub fn clusters_dir(dir: &Path, threads: usize) -> PathBuf {
     dir.join(format!("clusters-{threads}"))
 }
 
+/// How many times `--partition` measures each way (in turns), keeping the least disturbed.
+pub const MEASURE_ROUNDS: usize = 2;
+
 /// The ways worth measuring on `threads` threads.
 pub fn ways(threads: usize) -> Vec<Way> {
     if threads == 1 {
