@@ -11,8 +11,8 @@
 //!
 //! The thread that calls `run` works too: it borrows a deque set for the run, runs the first
 //! ready node itself, then any work it finds, until its run is over, so a small graph pays no
-//! hand-off. Idle threads spin briefly, then sleep on an event count; an idle executor uses no
-//! CPU.
+//! hand-off. Idle threads pause, then yield their core, then sleep on an event count
+//! ([`Idle`]); an idle executor uses no CPU.
 
 pub(in crate::exec) mod overflow;
 pub(in crate::exec) mod queues;
@@ -41,6 +41,23 @@ use crate::exec::workers::queues::{Local, Queues};
 /// How long an idle thread keeps looking for work before it sleeps.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// Looks for work an idle thread makes with growing runs of `pause` between them (1, 2, 4 ...
+/// 16 pauses) before it starts yielding its core between looks, as oneTBB's backoff does.
+const PAUSING_LOOKS: u32 = 5;
+
+/// An idle thread's backoff between looks for work: a few looks with pauses between them, then
+/// looks with a yield between them until [`SPIN`] has passed since the first, then sleep.
+///
+/// Why yield: where the machine has fewer free cores than threads (a shared host, or a second
+/// program on it), a thread that only pauses holds the core that the thread it waits for (a
+/// run's caller between two runs, a worker about to queue successors) needs, for its whole
+/// time slice; a yield hands the core over at once. Where nobody else wants the core the yield
+/// returns at once.
+#[derive(Default)]
+struct Idle {
+    since: Option<Instant>,
+    looks: u32,
+}
 /// A pool of worker threads; one executor serves many runs, concurrently.
 pub struct Executor {
     shared: Arc<Shared>,
@@ -161,14 +178,14 @@ impl Executor {
             reserved: false,
         };
         self.shared.run_task(first, local, &mut scratch, Some(run));
-        let mut idle_since = None;
+        let mut idle = Idle::default();
         while state.active.load(Ordering::Acquire) != 0 {
             if let Some(task) = self.shared.find_work(local) {
                 self.shared.run_task(task, local, &mut scratch, Some(run));
-                idle_since = None;
+                idle = Idle::default();
                 continue;
             }
-            self.shared.wait_for_work(&mut idle_since, || {
+            self.shared.wait_for_work(&mut idle, || {
                 state.active.load(Ordering::Acquire) != 0 && !self.shared.has_work()
             });
         }
@@ -207,36 +224,41 @@ impl Shared {
         crate::exec::run::budget::mark_worker();
         crate::exec::node::scratch::TRACK.with(|t| t.set(index as u32 + 1));
         let mut scratch = Scratch::default();
-        let mut idle_since = None;
+        let mut idle = Idle::default();
         let local = self.queues.worker_local(index, &deques);
         loop {
             if let Some(task) = self.find_work(Some(local)) {
                 scratch.slot = Some(index + 1);
                 scratch.thread = index as u32 + 1;
                 self.run_task(task, Some(local), &mut scratch, None);
-                idle_since = None;
+                idle = Idle::default();
                 continue;
             }
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            self.wait_for_work(&mut idle_since, || {
-                !self.shutdown.load(Ordering::Acquire) && !self.has_work()
-            });
+            self.wait_for_work(&mut idle, || !self.shutdown.load(Ordering::Acquire) && !self.has_work());
         }
     }
 
-    /// One step of an idle thread: spin for [`SPIN`] after it found no work, then sleep until
-    /// `idle()` turns false (work was queued, the run ended, the executor stops). The callers
-    /// look for work between steps.
-    fn wait_for_work(&self, idle_since: &mut Option<Instant>, idle: impl Fn() -> bool) {
-        let since = *idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < SPIN {
-            std::hint::spin_loop();
+    /// One step of an idle thread after it found no work ([`Idle`]): a pause, a yield, or once
+    /// [`SPIN`] has passed, sleep until `idle()` turns false (work was queued, the run ended, the
+    /// executor stops). The callers look for work between steps.
+    fn wait_for_work(&self, idle: &mut Idle, still_idle: impl Fn() -> bool) {
+        let since = *idle.since.get_or_insert_with(Instant::now);
+        idle.looks += 1;
+        if idle.looks <= PAUSING_LOOKS {
+            for _ in 0..1u32 << (idle.looks - 1) {
+                std::hint::spin_loop();
+            }
             return;
         }
-        self.sleep.sleep(idle);
-        *idle_since = None;
+        if since.elapsed() < SPIN {
+            std::thread::yield_now();
+            return;
+        }
+        self.sleep.sleep(still_idle);
+        *idle = Idle::default();
     }
 
     /// The most critical task this thread can see (see `Queues::find`).
