@@ -1,7 +1,7 @@
 """Prepare an ONNX model for graphsched: one small model per node, and a manifest.
 
 Steps (each says which node is at fault when it cannot go on):
-1. fix the graph input's shape (--input-shape) and turn Constant nodes into initializers;
+1. fix the graph inputs' shapes (--input-shape) and turn Constant nodes into initializers;
 2. let ONNX Runtime optimize it at the highest level that saves to a file (this also folds the
    shape subgraphs, which a fixed input shape makes constant);
 3. run the optimized model once per random input, every intermediate value an output, to learn
@@ -12,7 +12,7 @@ Steps (each says which node is at fault when it cannot go on):
 5. write call.onnx, one Identity of one float: a call that does nothing, whose time is the fixed
    cost of a call (gsched-onnx --partition measures it).
 
-Usage: prepare.py MODEL.onnx OUT_DIR [--input-shape 1x3x640x640]
+Usage: prepare.py MODEL.onnx OUT_DIR [--input-shape 1x3x640x640 | --input-shape ids=1x128,mask=1x128]
        prepare.py --clusters PREPARED_DIR/partition-T.json OUT_DIR
 
 With --clusters, it writes one model per cluster that graphsched chose (gsched-onnx --partition):
@@ -44,23 +44,59 @@ def graph_inputs(graph):
     return [i for i in graph.input if i.name not in initializers]
 
 
+def parse_shape(text, what):
+    try:
+        shape = [int(d) for d in text.lower().split("x")]
+    except ValueError:
+        fail(f"{what}: {text!r} is not a shape (dimensions joined by x, as 1x3x224x224)")
+    if any(d <= 0 for d in shape):
+        fail(f"{what}: {text!r} has a dimension below 1")
+    return shape
+
+
 def fix_input_shape(model, shape_text):
+    """Fixes the graph inputs' dynamic dimensions from --input-shape: one shape (for a model of
+    one input, or for every input of that rank with dynamic dimensions), or NAME=SHAPE pairs
+    joined by commas, one per input to fix."""
     inputs = graph_inputs(model.graph)
-    if len(inputs) != 1:
-        fail(f"the model has {len(inputs)} inputs; only models with one input are supported")
-    dims = inputs[0].type.tensor_type.shape.dim
-    if shape_text:
-        shape = [int(d) for d in shape_text.lower().split("x")]
-        if len(shape) != len(dims):
-            fail(f"input {inputs[0].name!r} has {len(dims)} dimensions, --input-shape gives {len(shape)}")
-        for dim, size in zip(dims, shape):
-            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
-                fail(f"input {inputs[0].name!r} fixes a dimension at {dim.dim_value}, --input-shape says {size}")
-            dim.Clear()
-            dim.dim_value = size
-    missing = [i for i, d in enumerate(dims) if d.dim_value <= 0]
-    if missing:
-        fail(f"input {inputs[0].name!r} has dynamic dimensions {missing}; give --input-shape")
+    if not inputs:
+        fail("the model has no graph input")
+    named = {}
+    if "=" in shape_text:
+        for part in shape_text.split(","):
+            name, _, text = part.partition("=")
+            if name not in {i.name for i in inputs}:
+                fail(f"--input-shape names {name!r}, which is not a graph input "
+                     f"(inputs: {', '.join(i.name for i in inputs)})")
+            named[name] = parse_shape(text, f"--input-shape for {name!r}")
+    elif shape_text:
+        shape = parse_shape(shape_text, "--input-shape")
+        dynamic = lambda i: any(d.dim_value <= 0 for d in i.type.tensor_type.shape.dim)
+        if len(inputs) == 1:
+            named[inputs[0].name] = shape
+        else:
+            for i in inputs:
+                if dynamic(i) and len(i.type.tensor_type.shape.dim) == len(shape):
+                    named[i.name] = shape
+            if not named:
+                fail(f"--input-shape {shape_text} fits no input with dynamic dimensions of rank {len(shape)}; "
+                     "give NAME=SHAPE for each (inputs: "
+                     + ", ".join(f"{i.name} of rank {len(i.type.tensor_type.shape.dim)}" for i in inputs) + ")")
+    for i in inputs:
+        dims = i.type.tensor_type.shape.dim
+        shape = named.get(i.name)
+        if shape is not None:
+            if len(shape) != len(dims):
+                fail(f"input {i.name!r} has {len(dims)} dimensions, --input-shape gives {len(shape)}")
+            for dim, size in zip(dims, shape):
+                if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
+                    fail(f"input {i.name!r} fixes a dimension at {dim.dim_value}, --input-shape says {size}")
+                dim.Clear()
+                dim.dim_value = size
+        missing = [k for k, d in enumerate(dims) if d.dim_value <= 0]
+        if missing:
+            hint = "give --input-shape" if len(inputs) == 1 else f"give --input-shape {i.name}=SHAPE"
+            fail(f"input {i.name!r} has dynamic dimensions {missing}; {hint}")
 
 
 def constants_to_initializers(graph):
@@ -102,8 +138,10 @@ def optimize(fixed_path, out_dir):
     fail("ONNX Runtime could not optimize and save the model: " + "; ".join(errors))
 
 
-def learn_values(model, input_name, input_shape, input_dtype):
-    """Element type and shape of every node output, checked on two different inputs."""
+def learn_values(model, inputs):
+    """Element type and shape of every node output, checked on two different inputs.
+    `inputs`: (name, shape, dtype) of each graph input. Floats are drawn at random, integers in
+    {0, 1} and booleans at random: valid indices, lengths and masks."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     outputs = {o.name for o in probe.graph.output}
@@ -119,8 +157,15 @@ def learn_values(model, input_name, input_shape, input_dtype):
     seen = []
     for seed in (1, 2):
         rng = np.random.default_rng(seed)
-        x = rng.standard_normal(input_shape).astype(input_dtype)
-        results = session.run(names, {input_name: x})
+        feed = {}
+        for name, shape, dtype in inputs:
+            if np.issubdtype(dtype, np.floating):
+                feed[name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype == np.bool_:
+                feed[name] = rng.integers(0, 2, shape).astype(np.bool_)
+            else:
+                feed[name] = rng.integers(0, 2, shape).astype(dtype)
+        results = session.run(names, feed)
         seen.append({n: (r.dtype, r.shape) for n, r in zip(names, results)})
     producer = {o: n for n in model.graph.node for o in n.output}
     for name in names:
@@ -287,11 +332,12 @@ def main():
 
     prepared_path, level = optimize(fixed_path, args.out_dir)
     prepared = onnx.load(prepared_path)
-    (graph_input,) = graph_inputs(prepared.graph)
-    in_shape = [d.dim_value for d in graph_input.type.tensor_type.shape.dim]
-    in_dtype = helper.tensor_dtype_to_np_dtype(graph_input.type.tensor_type.elem_type)
-    values = learn_values(prepared, graph_input.name, in_shape, in_dtype)
-    values[graph_input.name] = (in_dtype, tuple(in_shape))
+    inputs = [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim],
+               helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+              for i in graph_inputs(prepared.graph)]
+    values = learn_values(prepared, inputs)
+    for name, shape, dtype in inputs:
+        values[name] = (dtype, tuple(shape))
     nodes = split(prepared, values, args.out_dir)
 
     produced = {o for n in prepared.graph.node for o in n.output if o}
@@ -300,7 +346,7 @@ def main():
         "optimization": level,
         "prepared": "prepared.onnx",
         "weights_bytes": sum(numpy_helper.to_array(i).nbytes for i in prepared.graph.initializer),
-        "inputs": [tensor_entry(graph_input.name, *values[graph_input.name])],
+        "inputs": [tensor_entry(name, *values[name]) for name, _, _ in inputs],
         "outputs": [o.name for o in prepared.graph.output],
         "values": [tensor_entry(v, *values[v]) for v in sorted(produced)],
         "nodes": nodes,

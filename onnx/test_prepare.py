@@ -1,6 +1,6 @@
-"""prepare.py and gsched-onnx on small models made here: one that splits (a branchy graph with
-weights, checked bit for bit), and the two kinds that cannot (control flow, a shape that depends
-on the data), which must name the node at fault.
+"""prepare.py and gsched-onnx on small models made here: ones that split (a branchy graph with
+weights, a model of two inputs, one of them integer ids; checked bit for bit), and the two kinds
+that cannot (control flow, a shape that depends on the data), which must name the node at fault.
 
 Usage: test_prepare.py GSCHED_ONNX ORT_LIBRARY WORK_DIR   (scripts/test.sh runs it)
 """
@@ -105,6 +105,36 @@ if done.returncode == 0:
     check = subprocess.run([exe, out, "--ort-library", library, "--check"], capture_output=True, text=True)
     expect(check.returncode == 0 and check.stdout.count(" yes ") == 6,
            f"and checks bit for bit ({check.stdout[-300:]}{check.stderr[-300:]})")
+
+# Splits: two graph inputs, float features and integer ids (an embedding lookup), fixed by one
+# shape that fits both; and by NAME=SHAPE pairs.
+ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 8])
+emb = numpy_helper.from_array(rng.standard_normal((2, 3)).astype(np.float32), "emb")
+axis = numpy_helper.from_array(np.array([2], dtype=np.int64), "axis")
+two_inputs = model(
+    [helper.make_node("MatMul", ["x", "w"], ["xw"], name="features"),
+     helper.make_node("Gather", ["emb", "ids"], ["looked_up"], name="lookup"),
+     helper.make_node("ReduceSum", ["looked_up", "axis"], ["pooled"], name="pool", keepdims=0),
+     helper.make_node("Add", ["xw", "pooled"], ["s"], name="join"),
+     helper.make_node("Relu", ["s"], ["y"], name="relu")],
+    [x, ids], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, emb, axis])
+for shape in ("4x8", "x=4x8,ids=4x8"):
+    done, out = prepare("two_inputs", two_inputs, shape)
+    expect(done.returncode == 0, f"a model of two inputs prepares with --input-shape {shape} ({done.stderr.strip()[-300:]})")
+    if done.returncode == 0:
+        with open(os.path.join(out, "manifest.json")) as f:
+            got = [(i["name"], i["shape"]) for i in json.load(f)["inputs"]]
+        expect(got == [("x", [4, 8]), ("ids", [4, 8])], f"both inputs are in the manifest, fixed ({got})")
+        check = subprocess.run([exe, out, "--ort-library", library, "--check", "--threads", "2"],
+                               capture_output=True, text=True)
+        expect(check.returncode == 0 and check.stdout.count(" yes ") == 6,
+               f"and check bit for bit in all six modes ({check.stdout[-300:]}{check.stderr[-300:]})")
+done, _ = prepare("two_inputs_unfit", two_inputs, "4x8x2")
+expect(done.returncode == 2 and "fits no input" in done.stderr and "ids of rank 2" in done.stderr,
+       f"a shape that fits no input is refused, naming the inputs ({done.stderr.strip()[-300:]})")
+done, _ = prepare("two_inputs_unnamed", two_inputs, "x=4x8")
+expect(done.returncode == 2 and "'ids' has dynamic dimensions" in done.stderr and "ids=SHAPE" in done.stderr,
+       f"an input left dynamic is named ({done.stderr.strip()[-300:]})")
 
 # Blocked: an If node (control flow) must be named.
 branch = lambda name, op: helper.make_graph([helper.make_node(op, ["x"], [name])], name, [],

@@ -2,7 +2,7 @@
 # A real ONNX model run by graphsched with ONNX Runtime's own kernels, one session per node, side
 # by side with ONNX Runtime (onnx/README.md tells how it works).
 #
-#   scripts/onnx.sh MODEL [--input-shape 1x3x640x640] [--threads N] [--json] [--check]
+#   scripts/onnx.sh MODEL [--input-shape 1x3x640x640 | NAME=SHAPE,...] [--threads N] [--json] [--check]
 #                         [--runs R] [--rounds K] [--call-cost]
 #                         [--serve [--clients N] [--seconds T]]
 #   scripts/onnx.sh --self-test

@@ -21,8 +21,8 @@ pub struct Output {
 /// The finalized graph and the kernels its nodes call (which must outlive it).
 pub struct OnnxGraph<'r> {
     graph: *mut gs_graph,
-    /// The graph input's value.
-    pub input: ValueRef,
+    /// The graph inputs' values, in the manifest's order.
+    pub inputs: Vec<ValueRef>,
     /// The graph outputs, in the model's order.
     pub outputs: Vec<Output>,
     /// Operator nodes.
@@ -78,17 +78,21 @@ impl<'r> OnnxGraph<'r> {
         gs_check(unsafe { gs_graph_new(&mut graph) }, "gs_graph_new")?;
         let mut built = OnnxGraph {
             graph,
-            input: ValueRef::new(0, 0),
+            inputs: Vec::new(),
             outputs: Vec::new(),
             nodes: 0,
             _kernels: Vec::new(),
         };
-        let input = manifest.input();
-        let name = CString::new(input.name.as_str()).map_err(|_| "a NUL in a name")?;
-        // SAFETY: live graph, NUL-terminated name, valid out pointer.
-        let status = unsafe { gs_graph_add_input(graph, name.as_ptr(), input.bytes(), &mut built.input) };
-        gs_check(status, "gs_graph_add_input")?;
-        let mut producers: HashMap<&str, ValueRef> = HashMap::from([(input.name.as_str(), built.input)]);
+        let mut producers: HashMap<&str, ValueRef> = HashMap::new();
+        for input in &manifest.inputs {
+            let name = CString::new(input.name.as_str()).map_err(|_| "a NUL in a name")?;
+            let mut value = ValueRef::new(0, 0);
+            // SAFETY: live graph, NUL-terminated name, valid out pointer.
+            let status = unsafe { gs_graph_add_input(graph, name.as_ptr(), input.bytes(), &mut value) };
+            gs_check(status, "gs_graph_add_input")?;
+            producers.insert(input.name.as_str(), value);
+            built.inputs.push(value);
+        }
         for node in &manifest.nodes {
             let read = distinct_reads(node, &tensors);
             let kernel = Box::new(NodeKernel::new(

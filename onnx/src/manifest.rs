@@ -76,12 +76,8 @@ impl Manifest {
         let mut manifest: Manifest =
             serde_json::from_str(&text).map_err(|e| format!("{} is not a manifest: {e}", path.display()))?;
         manifest.dir = dir.to_path_buf();
-        if manifest.inputs.len() != 1 {
-            return Err(format!(
-                "{} has {} inputs; one is supported",
-                path.display(),
-                manifest.inputs.len()
-            ));
+        if manifest.inputs.is_empty() {
+            return Err(format!("{} has no graph input", path.display()));
         }
         for t in manifest.inputs.iter().chain(&manifest.values) {
             if crate::ort_api::element_bytes(t.elem_type) != Some(t.elem_bytes) || t.shape.iter().any(|&d| d <= 0) {
@@ -108,30 +104,29 @@ impl Manifest {
             .collect()
     }
 
-    /// The graph input.
-    pub fn input(&self) -> &TensorInfo {
-        &self.inputs[0]
+    /// The bytes each graph input gets in every run, the same for graphsched and ONNX Runtime:
+    /// for a float input a fixed pseudo-random pattern in [-1, 1) (its own for each input); any
+    /// other input is zeros (valid indices and lengths, where random bytes would not be).
+    pub fn input_bytes(&self) -> Vec<Vec<u8>> {
+        self.inputs.iter().enumerate().map(|(i, t)| pattern(t, i)).collect()
     }
+}
 
-    /// The bytes the graph input gets in every run, the same for graphsched and ONNX Runtime:
-    /// for a float input a fixed pseudo-random pattern in [-1, 1); any other input is zeros
-    /// (valid indices and lengths, where random bytes would not be).
-    pub fn input_bytes(&self) -> Vec<u8> {
-        let input = self.input();
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        if input.elem_type == 1 {
-            (0..input.bytes() / 4)
-                .flat_map(|_| ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).to_ne_bytes())
-                .collect()
-        } else {
-            vec![0; input.bytes()]
-        }
+/// Input `index`'s bytes (see [`Manifest::input_bytes`]).
+fn pattern(input: &TensorInfo, index: usize) -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ (index as u64).wrapping_mul(0xd1b5_4a32_d192_ed03);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    if input.elem_type == 1 {
+        (0..input.bytes() / 4)
+            .flat_map(|_| ((next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).to_ne_bytes())
+            .collect()
+    } else {
+        vec![0; input.bytes()]
     }
 }
 
@@ -157,11 +152,11 @@ mod tests {
     fn a_manifest_gives_sizes_from_shapes_and_a_fixed_input() {
         let dir = std::env::temp_dir().join(format!("gs-onnx-manifest-{}", std::process::id()));
         let m = manifest_in(&dir, MANIFEST).unwrap();
-        assert_eq!(m.input().bytes(), 3 * 16 * 4);
+        assert_eq!(m.inputs[0].bytes(), 3 * 16 * 4);
         assert_eq!(m.tensors()["y"].bytes(), 80);
-        let bytes = m.input_bytes();
+        let bytes = m.input_bytes().remove(0);
         assert_eq!(bytes.len(), 192);
-        assert_eq!(bytes, m.input_bytes(), "both runtimes must see the same input");
+        assert_eq!(bytes, m.input_bytes()[0], "both runtimes must see the same input");
         let floats: Vec<f32> = bytes
             .chunks_exact(4)
             .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
@@ -181,12 +176,33 @@ mod tests {
         );
         let broken = manifest_in(&dir, "{\"model\": 3}").unwrap_err();
         assert!(broken.contains("is not a manifest"), "{broken}");
-        let two_inputs = MANIFEST.replace(
-            r#""inputs": [{"#,
-            r#""inputs": [{"name": "z", "elem_type": 1, "elem_bytes": 4, "shape": [1]}, {"#,
+        let no_inputs = MANIFEST.replace(
+            r#""inputs": [{"name": "x", "elem_type": 1, "elem_bytes": 4, "shape": [1, 3, 4, 4]}],"#,
+            r#""inputs": [],"#,
         );
-        let refused = manifest_in(&dir, &two_inputs).unwrap_err();
-        assert!(refused.contains("2 inputs"), "{refused}");
+        let refused = manifest_in(&dir, &no_inputs).unwrap_err();
+        assert!(refused.contains("no graph input"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn each_input_has_bytes_of_its_own() {
+        let dir = std::env::temp_dir().join(format!("gs-onnx-inputs-{}", std::process::id()));
+        let two = MANIFEST.replace(
+            r#""inputs": [{"#,
+            r#""inputs": [{"name": "ids", "elem_type": 7, "elem_bytes": 8, "shape": [1, 6]}, {"name": "z", "elem_type": 1, "elem_bytes": 4, "shape": [1, 3, 4, 4]}, {"#,
+        );
+        let m = manifest_in(&dir, &two).unwrap();
+        let bytes = m.input_bytes();
+        assert_eq!(bytes.iter().map(Vec::len).collect::<Vec<_>>(), [48, 192, 192]);
+        assert!(
+            bytes[0].iter().all(|&b| b == 0),
+            "integer inputs are zeros: valid indices"
+        );
+        assert_ne!(
+            bytes[1], bytes[2],
+            "two float inputs of one shape get different patterns"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -79,7 +79,8 @@ pub struct Engine {
     owns_pool: bool,
     executor: *mut gs_executor,
     plan: *mut gs_plan,
-    input: Aligned,
+    /// The graph inputs' bytes, in the manifest's order.
+    inputs: Vec<Aligned>,
 }
 
 impl Drop for Engine {
@@ -115,7 +116,7 @@ impl Engine {
             owns_pool: pool.is_none(),
             executor: ptr::null_mut(),
             plan: ptr::null_mut(),
-            input: Aligned::from(&manifest.input_bytes()),
+            inputs: manifest.input_bytes().iter().map(|b| Aligned::from(b)).collect(),
         };
         if engine.owns_pool {
             // SAFETY: NULL config means defaults; valid out pointer.
@@ -155,13 +156,18 @@ impl Engine {
         keep: bool,
         flags: u32,
     ) -> Result<(RunStats, Vec<Vec<u8>>), String> {
-        let binding = gs_input_binding {
-            value: graph.input,
-            tensor: Tensor::new(self.input.ptr(), self.input.len),
-        };
+        let bindings: Vec<gs_input_binding> = graph
+            .inputs
+            .iter()
+            .zip(&mut self.inputs)
+            .map(|(&value, input)| gs_input_binding {
+                value,
+                tensor: Tensor::new(input.ptr(), input.len),
+            })
+            .collect();
         let options = gs_run_options {
-            inputs: &binding,
-            num_inputs: 1,
+            inputs: bindings.as_ptr(),
+            num_inputs: bindings.len(),
             executor: self.executor,
             plan: self.plan,
             flags,
@@ -203,10 +209,8 @@ impl Engine {
 pub struct WholeModel<'r> {
     session: Held<'r>,
     runtime: &'r crate::ort_api::Runtime,
-    input: Aligned,
-    input_name: CString,
-    input_shape: Vec<i64>,
-    input_type: i32,
+    /// Per graph input and output: name, buffer, shape, element type.
+    inputs: Vec<(CString, Aligned, Vec<i64>, i32)>,
     outputs: Vec<(CString, Aligned, Vec<i64>, i32)>,
 }
 
@@ -242,14 +246,18 @@ impl<'r> WholeModel<'r> {
 
     fn held(runtime: &'r crate::ort_api::Runtime, session: Held<'r>, manifest: &Manifest) -> WholeModel<'r> {
         let tensors = manifest.tensors();
-        let input = manifest.input();
         WholeModel {
             session,
             runtime,
-            input: Aligned::from(&manifest.input_bytes()),
-            input_name: CString::new(input.name.as_str()).unwrap_or_default(),
-            input_shape: input.shape.clone(),
-            input_type: input.elem_type,
+            inputs: manifest
+                .inputs
+                .iter()
+                .zip(manifest.input_bytes())
+                .map(|(t, bytes)| {
+                    let name = CString::new(t.name.as_str()).unwrap_or_default();
+                    (name, Aligned::from(&bytes), t.shape.clone(), t.elem_type)
+                })
+                .collect(),
             outputs: manifest
                 .outputs
                 .iter()
@@ -268,12 +276,13 @@ impl<'r> WholeModel<'r> {
 
     /// One run; the outputs' bytes when `keep` says so.
     pub fn run(&mut self, keep: bool) -> Result<Vec<Vec<u8>>, String> {
-        let len = self.input.len;
-        // SAFETY: the input buffer outlives the value, which lives for this call.
-        let input = unsafe {
-            self.runtime
-                .tensor(self.input.ptr(), len, &self.input_shape, self.input_type)
-        }?;
+        let mut ins = Vec::new();
+        for (_, buffer, shape, elem) in &mut self.inputs {
+            let len = buffer.len;
+            // SAFETY: the input buffer outlives the value, which lives for this call.
+            ins.push(unsafe { self.runtime.tensor(buffer.ptr(), len, shape, *elem) }?);
+        }
+        let in_names: Vec<*const c_char> = self.inputs.iter().map(|i| i.0.as_ptr()).collect();
         let mut outs = Vec::new();
         for (_, buffer, shape, elem) in &mut self.outputs {
             let len = buffer.len;
@@ -282,11 +291,7 @@ impl<'r> WholeModel<'r> {
         }
         let out_names: Vec<*const c_char> = self.outputs.iter().map(|o| o.0.as_ptr()).collect();
         // SAFETY: the names are the CStrings this struct owns; the tensors wrap its buffers.
-        unsafe {
-            self.session
-                .get()
-                .run(&[self.input_name.as_ptr()], &[input], &out_names, &mut outs)
-        }?;
+        unsafe { self.session.get().run(&in_names, &ins, &out_names, &mut outs) }?;
         Ok(if keep {
             self.outputs.iter().map(|o| o.1.bytes().to_vec()).collect()
         } else {

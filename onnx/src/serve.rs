@@ -17,7 +17,7 @@ use crate::partition::{clusters_dir, Choice, Way};
 use crate::pool_allocator::OwnedPool;
 use crate::run::{Aligned, WholeModel};
 use graphsched::ffi::*;
-use graphsched::Tensor;
+use graphsched::{Tensor, ValueRef};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -231,21 +231,30 @@ fn serve_graphsched(
     // SAFETY: a live executor.
     let status = unsafe { gs_executor_set_memory_budget(executor.0, budget) };
     gs_check(status, "gs_executor_set_memory_budget")?;
-    // One input for every request (kernels only read it), at one address, as the sessions'
-    // cached tensors like.
-    let mut input = Aligned::from(&manifest.input_bytes());
-    let (input_ptr, input_len) = (input.ptr() as usize, input.bytes().len());
+    // One set of inputs for every request (kernels only read them), at one address each, as the
+    // sessions' cached tensors like: as (value, address, length), addresses as numbers (the
+    // closure below is shared by the clients' threads).
+    let mut inputs: Vec<Aligned> = manifest.input_bytes().iter().map(|b| Aligned::from(b)).collect();
+    let bound: Vec<(ValueRef, usize, usize)> = graph
+        .inputs
+        .iter()
+        .zip(&mut inputs)
+        .map(|(&v, input)| (v, input.ptr() as usize, input.bytes().len()))
+        .collect();
     // Handles as numbers: the C API is thread-safe, the Rust wrappers do not say so.
     let (g, p, e) = (graph.handle() as usize, pool.handle() as usize, executor.0 as usize);
-    let (input_value, outputs): (_, Vec<_>) = (graph.input, graph.outputs.iter().map(|o| o.value).collect());
+    let outputs: Vec<_> = graph.outputs.iter().map(|o| o.value).collect();
     let request = |_client: usize, keep: bool| -> Result<Option<Answer>, String> {
-        let binding = gs_input_binding {
-            value: input_value,
-            tensor: Tensor::new(input_ptr as *mut std::ffi::c_void, input_len),
-        };
+        let bindings: Vec<gs_input_binding> = bound
+            .iter()
+            .map(|&(value, ptr, len)| gs_input_binding {
+                value,
+                tensor: Tensor::new(ptr as *mut std::ffi::c_void, len),
+            })
+            .collect();
         let options = gs_run_options {
-            inputs: &binding,
-            num_inputs: 1,
+            inputs: bindings.as_ptr(),
+            num_inputs: bindings.len(),
             executor: e as *mut gs_executor,
             ..Default::default()
         };
