@@ -126,7 +126,7 @@ impl<'r> RunState<'r> {
                 false => match self.call_lean::<false>(node, step, cache, scratch) {
                     Ok(None) => {
                         called.set(true);
-                        self.end_node_ok::<true>(node, step, Some(&mut *cache), scratch);
+                        self.end_node_ok::<true, false>(node, step, Some(&mut *cache), scratch);
                         continue;
                     }
                     outcome => outcome,
@@ -154,7 +154,7 @@ impl<'r> RunState<'r> {
         let outcome = self.call_lean::<true>(node, step, cache, scratch);
         if let Ok(None) = outcome {
             called.set(true);
-            self.end_node_ok::<true>(node, step, Some(cache), scratch);
+            self.end_node_ok::<true, false>(node, step, Some(cache), scratch);
         }
         outcome
     }

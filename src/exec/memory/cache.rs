@@ -170,19 +170,25 @@ impl RunState<'_> {
     }
 
     /// Returns a value's buffer to the pool, or to the thread's cache if it is small and the run
-    /// has no memory limit (under a limit the pool's own count must stay exact); true if it held
-    /// pool memory. `LEAN`: in a run without a plan ([`lean`](crate::exec::node::lean)), whose values never live in an arena.
+    /// has no memory limit (under a limit the pool's own count must stay exact); the bytes it
+    /// held of pool memory (0: none). `LEAN`: in a run without a plan ([`lean`](crate::exec::node::lean)), whose values never
+    /// live in an arena. `SETTLE`: the caller takes the bytes off the run's live count
+    /// (`RunState::settle_live`), where otherwise this does.
     #[inline(always)]
-    pub(in crate::exec) fn drop_value<const LEAN: bool>(&self, v: u32, cache: Option<&mut BlockCache>) -> bool {
+    pub(in crate::exec) fn drop_value<const LEAN: bool, const SETTLE: bool>(
+        &self,
+        v: u32,
+        cache: Option<&mut BlockCache>,
+    ) -> u64 {
         // SAFETY: the last reference is gone (refs reached 0 with AcqRel): nobody reads it again.
         let buffer = unsafe { empty_slot(&mut *self.slots[v as usize].get()) };
         let bytes = buffer.capacity;
         if bytes == 0 {
-            return false;
+            return 0;
         }
         if !LEAN && self.in_arena(buffer) {
             self.sub_live(bytes as u64);
-            return true;
+            return bytes as u64;
         }
         match cache {
             // A value with a hint goes back to the pool: its bytes are where the hints of later
@@ -208,8 +214,10 @@ impl RunState<'_> {
         }
         // Only now may admission count these bytes as free: the pool has them back, so the
         // pool's live bytes never exceed what the run accounts for.
-        self.sub_live(bytes as u64);
-        true
+        if !SETTLE {
+            self.sub_live(bytes as u64);
+        }
+        bytes as u64
     }
 
     /// Empties the caches into the graph's reserve ([`reserve`](crate::exec::memory::reserve)), or the pool where it has no

@@ -31,7 +31,7 @@ impl RunState<'_> {
         }
         let cache = self.cache(scratch.slot);
         let finished = catch_unwind(AssertUnwindSafe(|| {
-            self.end_node_ok::<false>(node, step, cache, scratch)
+            self.end_node_ok::<false, false>(node, step, cache, scratch)
         }));
         if let Err(panic) = finished {
             self.failed_after(node, &*panic, scratch);
@@ -58,9 +58,12 @@ impl RunState<'_> {
 
     /// After a successful kernel: drop what nobody needs any more (small blocks into `cache`, the
     /// thread's), then mark successors. `LEAN`: a node on the short path ([`lean`](crate::exec::node::lean)), which took
-    /// no input's buffer over, in a run with neither a memory limit nor a plan.
+    /// no input's buffer over, in a run with neither a memory limit nor a plan. `SETTLE`: on
+    /// the short path on an executor's threads, whose outputs are not counted live yet: they
+    /// and what it drops are counted in one step (`RunState::settle_live`). A sequential run
+    /// counts its outputs before the call and each drop as it goes (plain stores, one thread).
     #[inline(always)]
-    pub(in crate::exec) fn end_node_ok<const LEAN: bool>(
+    pub(in crate::exec) fn end_node_ok<const LEAN: bool, const SETTLE: bool>(
         &self,
         node: u32,
         step: &Step,
@@ -77,12 +80,17 @@ impl RunState<'_> {
         if !LEAN {
             freed.clear();
         }
+        // SETTLE: bytes dropped, taken off the run's count at once below.
+        let mut dropped = 0;
         for v in step.values().filter(|_| step.unread) {
-            if self.refs[v as usize].load(Ordering::Relaxed) == 0
-                && self.drop_value::<LEAN>(v, cache.as_deref_mut())
-                && gated
-            {
-                freed.push(v);
+            if self.refs[v as usize].load(Ordering::Relaxed) == 0 {
+                let bytes = self.drop_value::<LEAN, SETTLE>(v, cache.as_deref_mut());
+                if SETTLE {
+                    dropped += bytes;
+                }
+                if bytes > 0 && gated {
+                    freed.push(v);
+                }
             }
         }
         for &v in &g.input_values()[step.inputs()] {
@@ -101,10 +109,19 @@ impl RunState<'_> {
                     }
                     continue;
                 }
-                if self.drop_value::<LEAN>(v, cache.as_deref_mut()) && gated {
+                let bytes = self.drop_value::<LEAN, SETTLE>(v, cache.as_deref_mut());
+                if SETTLE {
+                    dropped += bytes;
+                }
+                if bytes > 0 && gated {
                     freed.push(v);
                 }
             }
+        }
+        if SETTLE {
+            // Before the successors are marked: their readers free these outputs after this.
+            let unadded = std::mem::take(&mut scratch.unadded);
+            self.settle_live(unadded, dropped, &mut scratch.counts.peak_live);
         }
         scratch.counts.nodes_run += 1;
         if gated && !scratch.freed.is_empty() {

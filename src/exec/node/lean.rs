@@ -59,28 +59,41 @@ impl RunState<'_> {
         scratch: &mut Scratch,
     ) -> Option<Arc<PendingNode>> {
         scratch.executed += 1;
-        self.add_live(self.prio.output_bytes[node as usize], &mut scratch.counts.peak_live);
+        // Its outputs are counted at its end, with what it frees (`settle_live`), or before it
+        // leaves the short path any other way (`count_unadded`).
+        scratch.unadded = self.prio.output_bytes[node as usize];
         // Set once the kernel's call ended well: a panic after it is in the node's end.
         let called = Cell::new(false);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let pending = self.call_lean::<false>(node, step, cache, scratch)?;
             if pending.is_none() {
                 called.set(true);
-                self.end_node_ok::<true>(node, step, Some(cache), scratch);
+                self.end_node_ok::<true, true>(node, step, Some(cache), scratch);
             }
             Ok(pending)
         }));
         match outcome {
             Ok(Ok(pending)) => pending,
             Ok(Err(e)) => {
+                self.count_unadded(scratch);
                 self.node_failed(node, e);
                 None
             }
             Err(panic) => {
+                self.count_unadded(scratch);
                 self.lean_panicked(node, called.get(), &*panic, scratch);
                 None
             }
         }
+    }
+
+    /// Counts the outputs of the node on the short path as live now, if its end has not: before
+    /// it leaves the short path by any way but a plain success (the general path's ends take
+    /// them off as they were counted before the call).
+    #[cold]
+    pub(in crate::exec) fn count_unadded(&self, scratch: &mut Scratch) {
+        let unadded = std::mem::take(&mut scratch.unadded);
+        self.add_live(unadded, &mut scratch.counts.peak_live);
     }
 
     /// The run's own code panicked on the short path at `node`: after its kernel's call ended
@@ -183,6 +196,8 @@ impl RunState<'_> {
         timed: Option<(u64, u32)>,
         scratch: &mut Scratch,
     ) -> Result<Option<Arc<PendingNode>>> {
+        // The general path's ends (a failure's, a deferred call's) find the outputs counted.
+        self.count_unadded(scratch);
         let failure = self.call_failure(node, outcome, detail, None);
         let thread = scratch.thread;
         let returned = timed.map(|_| Instant::now());
