@@ -8,6 +8,12 @@
 //!   values come from the same pool through the `OrtAllocator`, outside the budget);
 //! - ONNX Runtime: one session of the whole model shared by every client (concurrent `Run`),
 //!   with one intra-op thread, and with the threads as intra-op threads.
+//!
+//! With a priority stream (`--priority-model`), one more closed-loop client sends another
+//! model's requests: to graphsched at `GS_PRIORITY_HIGH`, on the same executor and pool (that
+//! model's own clusters, the budget the larger bound times the threads); to ONNX Runtime as a
+//! second session, with one intra-op thread and with the threads (it has no priorities: which
+//! setting serves it best is measured, not guessed). Its latencies are reported apart.
 
 use crate::graph::{gs_check, OnnxGraph};
 use crate::manifest::Manifest;
@@ -17,7 +23,7 @@ use crate::partition::{clusters_dir, Choice, Way};
 use crate::pool_allocator::OwnedPool;
 use crate::run::{Aligned, WholeModel};
 use graphsched::ffi::*;
-use graphsched::Tensor;
+use graphsched::{Tensor, ValueRef};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +53,62 @@ impl Server {
     pub fn parse(key: &str) -> Option<Server> {
         Server::ALL.iter().find(|(k, _)| *k == key).map(|(_, s)| *s)
     }
+
+    /// The name a child process is given.
+    pub fn key(self) -> &'static str {
+        Server::ALL.iter().find(|(_, s)| *s == self).map_or("gs", |(k, _)| *k)
+    }
+}
+
+/// One server to measure, in a child process of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub server: Server,
+    /// With the priority client.
+    pub priority: bool,
+    /// ONNX Runtime, with the priority client: its session's intra-op threads (graphsched: 0).
+    pub priority_intra: usize,
+}
+
+/// The servers to measure: every server without a priority client; with `priority`, then
+/// graphsched with it, and ONNX Runtime's two sessions with its second session on one intra-op
+/// thread and on `threads` (the rows without it are what the priority client costs the others).
+pub fn jobs(priority: bool, threads: usize) -> Vec<Job> {
+    let mut jobs: Vec<Job> = Server::ALL
+        .iter()
+        .map(|&(_, server)| Job {
+            server,
+            priority: false,
+            priority_intra: 0,
+        })
+        .collect();
+    if priority {
+        jobs.push(Job {
+            server: Server::Graphsched,
+            priority: true,
+            priority_intra: 0,
+        });
+        let mut intra = vec![1, threads.max(1)];
+        intra.dedup();
+        for server in [Server::OrtShared, Server::OrtIntra] {
+            for &priority_intra in &intra {
+                jobs.push(Job {
+                    server,
+                    priority: true,
+                    priority_intra,
+                });
+            }
+        }
+    }
+    jobs
+}
+
+/// The priority stream a child serves besides the clients.
+pub struct Priority<'m> {
+    /// The model its requests run (its prepared directory, partitioned too).
+    pub manifest: &'m Manifest,
+    /// ONNX Runtime: the second session's intra-op threads.
+    pub ort_intra_threads: usize,
 }
 
 /// One server's figures.
@@ -73,10 +135,26 @@ pub struct ServeRow {
     pub peak_reserved_bytes: Option<u64>,
     /// Every client's first answer equal, bit for bit, to the whole model's.
     pub bitwise_equal: bool,
+    /// The priority client, when one ran: its model, how it was served, its requests, their
+    /// latencies (median, 99th percentile), and its first answer checked like the others'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_requests: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_throughput_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_p50_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_p99_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_bitwise_equal: Option<bool>,
 }
 
-/// In a child process: serves `clients` closed-loop clients for `seconds` with `server` on
-/// `threads` threads.
+/// In a child process: serves `clients` closed-loop clients (and the `priority` client) for
+/// `seconds` with `server` on `threads` threads.
 pub fn serve(
     manifest: &Manifest,
     library: &Path,
@@ -84,59 +162,80 @@ pub fn serve(
     clients: usize,
     seconds: f64,
     threads: usize,
+    priority: Option<Priority<'_>>,
 ) -> Result<ServeRow, String> {
+    if clients == 0 {
+        return Err("--clients must be at least 1".into());
+    }
     match server {
-        Server::Graphsched => serve_graphsched(manifest, library, clients, seconds, threads),
-        Server::OrtShared | Server::OrtIntra => serve_ort(manifest, library, server, clients, seconds, threads),
+        Server::Graphsched => serve_graphsched(manifest, library, clients, seconds, threads, priority),
+        Server::OrtShared | Server::OrtIntra => {
+            serve_ort(manifest, library, server, clients, seconds, threads, priority)
+        }
     }
 }
 
 /// One request's answer: every output's bytes.
 type Answer = Vec<Vec<u8>>;
 
-/// Latencies of every client, from `requests` run back to back by each until `seconds` pass;
-/// `request(client, check)` answers one request, returning its output bytes when `check`.
-fn closed_loop(
-    clients: usize,
-    seconds: f64,
-    request: &(dyn Fn(usize, bool) -> Result<Option<Answer>, String> + Sync),
-) -> Result<(Vec<u64>, Vec<Answer>), String> {
+/// Answers one request of a client (`request(client, check)`), its output bytes when `check`.
+type Request<'a> = &'a (dyn Fn(usize, bool) -> Result<Option<Answer>, String> + Sync);
+
+/// What one stream of clients saw: every request's latency, and each client's first answer.
+#[derive(Debug, Default)]
+struct Served {
+    latencies: Vec<u64>,
+    answers: Vec<Answer>,
+}
+
+/// Streams of closed-loop clients, all at once: `(clients, request)` each, every client
+/// sending requests back to back until `seconds` pass. What each stream saw, in order.
+fn closed_loop(seconds: f64, streams: &[(usize, Request<'_>)]) -> Result<Vec<Served>, String> {
     let stop = AtomicBool::new(false);
-    let latencies = Mutex::new(Vec::new());
-    let answers = Mutex::new(Vec::new());
+    let served: Vec<Mutex<Served>> = streams.iter().map(|_| Mutex::new(Served::default())).collect();
     let failure = Mutex::new(None);
     std::thread::scope(|s| {
-        for c in 0..clients {
-            let (stop, latencies, answers, failure) = (&stop, &latencies, &answers, &failure);
-            s.spawn(move || {
-                let mut mine = Vec::new();
-                let mut first = true;
-                while !stop.load(Ordering::Relaxed) {
-                    let start = Instant::now();
-                    match request(c, first) {
-                        Ok(out) => {
-                            mine.push(start.elapsed().as_nanos() as u64);
-                            if let Some(out) = out {
-                                answers.lock().unwrap().push(out);
+        for (&(clients, request), served) in streams.iter().zip(&served) {
+            for c in 0..clients {
+                let (stop, failure) = (&stop, &failure);
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut first = true;
+                    while !stop.load(Ordering::Relaxed) {
+                        let start = Instant::now();
+                        match request(c, first) {
+                            Ok(out) => {
+                                mine.push(start.elapsed().as_nanos() as u64);
+                                if let Some(out) = out {
+                                    served.lock().unwrap().answers.push(out);
+                                }
+                            }
+                            Err(e) => {
+                                *failure.lock().unwrap() = Some(e);
+                                stop.store(true, Ordering::Relaxed);
                             }
                         }
-                        Err(e) => {
-                            *failure.lock().unwrap() = Some(e);
-                            stop.store(true, Ordering::Relaxed);
-                        }
+                        first = false;
                     }
-                    first = false;
-                }
-                latencies.lock().unwrap().extend(mine);
-            });
+                    served.lock().unwrap().latencies.extend(mine);
+                });
+            }
         }
-        std::thread::sleep(Duration::from_secs_f64(seconds));
+        // Until the time is up, or a failed request stopped the clients.
+        let end = Instant::now() + Duration::from_secs_f64(seconds);
+        while !stop.load(Ordering::Relaxed) {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
         stop.store(true, Ordering::Relaxed);
     });
     if let Some(e) = failure.into_inner().unwrap() {
         return Err(e);
     }
-    Ok((latencies.into_inner().unwrap(), answers.into_inner().unwrap()))
+    Ok(served.into_iter().map(|s| s.into_inner().unwrap()).collect())
 }
 
 /// p50 and p99 of `xs`.
@@ -149,17 +248,21 @@ fn percentiles(xs: &mut [u64]) -> (u64, u64) {
     (median(xs), p99)
 }
 
+/// Every answer `served` checked equals `want` (and there is one).
+fn all_equal(served: &Served, want: &Answer) -> bool {
+    !served.answers.is_empty() && served.answers.iter().all(|a| a == want)
+}
+
 fn row(
     runtime: String,
     clients: usize,
     threads: usize,
     seconds: f64,
-    mut latencies: Vec<u64>,
+    served: &mut Served,
     rss: (u64, u64),
-    equal: bool,
 ) -> ServeRow {
-    let requests = latencies.len() as u64;
-    let (p50_ns, p99_ns) = percentiles(&mut latencies);
+    let requests = served.latencies.len() as u64;
+    let (p50_ns, p99_ns) = percentiles(&mut served.latencies);
     ServeRow {
         runtime,
         clients,
@@ -172,8 +275,27 @@ fn row(
         rss_growth_bytes: rss.0,
         budget_bytes: None,
         peak_reserved_bytes: None,
-        bitwise_equal: equal,
+        bitwise_equal: false,
+        priority_model: None,
+        priority_runtime: None,
+        priority_requests: None,
+        priority_throughput_per_s: None,
+        priority_p50_ns: None,
+        priority_p99_ns: None,
+        priority_bitwise_equal: None,
     }
+}
+
+/// Fills in the priority stream's figures.
+fn add_priority(row: &mut ServeRow, model: &str, runtime: String, seconds: f64, served: &mut Served, equal: bool) {
+    let (p50, p99) = percentiles(&mut served.latencies);
+    row.priority_model = Some(model.to_string());
+    row.priority_runtime = Some(runtime);
+    row.priority_requests = Some(served.latencies.len() as u64);
+    row.priority_throughput_per_s = Some(served.latencies.len() as f64 / seconds);
+    row.priority_p50_ns = Some(p50);
+    row.priority_p99_ns = Some(p99);
+    row.priority_bitwise_equal = Some(equal);
 }
 
 /// The whole model's answer, in a session of `runtime`.
@@ -186,27 +308,153 @@ fn reference(runtime: &Runtime, manifest: &Manifest) -> Result<Vec<Vec<u8>>, Str
     WholeModel::new(runtime, session, manifest).run(true)
 }
 
+/// One model graphsched serves: its cluster graph, its input, its reference answer.
+struct GsModel<'r> {
+    graph: OnnxGraph<'r>,
+    input: Aligned,
+    want: Answer,
+    name: String,
+    /// One request's bound: the max-live bound of a memory-aware order (a plan tells it).
+    bound: u64,
+}
+
+impl<'r> GsModel<'r> {
+    fn build(runtime: &'r Runtime, manifest: &Manifest, threads: usize, intra: bool) -> Result<GsModel<'r>, String> {
+        let clusters = Manifest::load(&clusters_dir(&manifest.dir, threads))?;
+        let want = reference(runtime, manifest)?;
+        let config = SessionConfig {
+            intra_threads: 1,
+            global_threads: intra,
+            arena: Arena::Shared,
+            value_by_value: true,
+            ..Default::default()
+        };
+        let graph = OnnxGraph::build(runtime, &clusters, config)?;
+        let mut plan = std::ptr::null_mut();
+        let mut bound = 0u64;
+        // SAFETY: a finalized graph and writable out pointers; the plan is freed at once.
+        unsafe {
+            gs_check(
+                gs_plan_new(graph.handle(), GS_PLAN_SEQUENTIAL_MEMORY_ORDER, &mut plan),
+                "gs_plan_new",
+            )?;
+            let read = gs_plan_bytes(plan, std::ptr::null_mut(), &mut bound);
+            gs_plan_free(plan);
+            gs_check(read, "gs_plan_bytes")?;
+        }
+        Ok(GsModel {
+            graph,
+            // One input for every request (kernels only read it), at one address, as the
+            // sessions' cached tensors like.
+            input: Aligned::from(&manifest.input_bytes()),
+            want,
+            name: format!(
+                "{} clusters, {}",
+                clusters.nodes.len(),
+                if intra { "intra-op pool" } else { "executor" }
+            ),
+            bound,
+        })
+    }
+
+    /// How clients send this model's requests: on `executor`, from `pool`, at `priority`.
+    fn requests(&mut self, pool: *mut gs_pool, executor: *mut gs_executor, priority: u32) -> GsRequests {
+        GsRequests {
+            graph: self.graph.handle() as usize,
+            pool: pool as usize,
+            executor: executor as usize,
+            input_value: self.graph.input,
+            input: (self.input.ptr() as usize, self.input.bytes().len()),
+            outputs: self.graph.outputs.iter().map(|o| o.value).collect(),
+            priority,
+        }
+    }
+}
+
+/// One model's requests to graphsched. Handles as numbers: the C API is thread-safe, the Rust
+/// wrappers do not say so; the graph, pool, executor and input outlive the clients.
+struct GsRequests {
+    graph: usize,
+    pool: usize,
+    executor: usize,
+    input_value: ValueRef,
+    input: (usize, usize),
+    outputs: Vec<ValueRef>,
+    priority: u32,
+}
+
+impl GsRequests {
+    fn request(&self, keep: bool) -> Result<Option<Answer>, String> {
+        let binding = gs_input_binding {
+            value: self.input_value,
+            tensor: Tensor::new(self.input.0 as *mut std::ffi::c_void, self.input.1),
+        };
+        let options = gs_run_options {
+            inputs: &binding,
+            num_inputs: 1,
+            executor: self.executor as *mut gs_executor,
+            priority: self.priority,
+            ..Default::default()
+        };
+        let mut result = std::ptr::null_mut();
+        // SAFETY: live graph, pool and executor (they outlive the clients); the binding outlives
+        // the call.
+        let status = unsafe {
+            gs_run(
+                self.graph as *const gs_graph,
+                self.pool as *mut gs_pool,
+                &options,
+                &mut result,
+            )
+        };
+        gs_check(status, "gs_run")?;
+        let mut answer = Vec::new();
+        if keep {
+            for &out in &self.outputs {
+                let mut t = Tensor::empty();
+                // SAFETY: a live result; the bytes are copied before it is freed.
+                let read = unsafe { gs_result_output(result, out, &mut t) };
+                if let Err(e) = gs_check(read, "gs_result_output") {
+                    // SAFETY: made by gs_run above, freed once.
+                    unsafe { gs_result_free(result) };
+                    return Err(e);
+                }
+                // SAFETY: the result is live, its output `nbytes` long.
+                answer.push(unsafe { std::slice::from_raw_parts(t.data.cast::<u8>(), t.nbytes) }.to_vec());
+            }
+        }
+        // SAFETY: made by gs_run above, freed once.
+        unsafe { gs_result_free(result) };
+        Ok(keep.then_some(answer))
+    }
+}
+
 fn serve_graphsched(
     manifest: &Manifest,
     library: &Path,
     clients: usize,
     seconds: f64,
     threads: usize,
+    priority: Option<Priority<'_>>,
 ) -> Result<ServeRow, String> {
-    let choice = Choice::load(&manifest.dir, threads)?;
-    let clusters = Manifest::load(&clusters_dir(&manifest.dir, threads))?;
-    let intra = serving_way(&choice, clients, threads) == Way::IntraOp;
-    let pool = OwnedPool::new()?;
-    let runtime = Runtime::load_with(library, intra.then_some(threads), Some(pool.handle()))?;
-    let want = reference(&runtime, manifest)?;
-    let config = SessionConfig {
-        intra_threads: 1,
-        global_threads: intra,
-        arena: Arena::Shared,
-        value_by_value: true,
-        ..Default::default()
+    // Requests at once, the priority client's included.
+    let at_once = clients + usize::from(priority.is_some());
+    let intra = serving_way(&Choice::load(&manifest.dir, threads)?, at_once, threads) == Way::IntraOp;
+    let priority_intra = match &priority {
+        Some(p) => serving_way(&Choice::load(&p.manifest.dir, threads)?, at_once, threads) == Way::IntraOp,
+        None => false,
     };
-    let graph = OnnxGraph::build(&runtime, &clusters, config)?;
+    let pool = OwnedPool::new()?;
+    let runtime = Runtime::load_with(
+        library,
+        (intra || priority_intra).then_some(threads),
+        Some(pool.handle()),
+    )?;
+    let mut main = GsModel::build(&runtime, manifest, threads, intra)?;
+    let mut high = match &priority {
+        Some(p) => Some(GsModel::build(&runtime, p.manifest, threads, priority_intra)?),
+        None => None,
+    };
     let mut executor = std::ptr::null_mut();
     let ec = gs_executor_config {
         threads: threads as u32,
@@ -214,77 +462,42 @@ fn serve_graphsched(
     // SAFETY: readable config, writable out pointer.
     gs_check(unsafe { gs_executor_new(&ec, &mut executor) }, "gs_executor_new")?;
     let executor = Executor(executor);
-    // One request's bound: the max-live bound of a memory-aware order (a plan tells it).
-    let mut plan = std::ptr::null_mut();
-    let mut bound = 0u64;
-    // SAFETY: a finalized graph and writable out pointers; the plan is freed at once.
-    unsafe {
-        gs_check(
-            gs_plan_new(graph.handle(), GS_PLAN_SEQUENTIAL_MEMORY_ORDER, &mut plan),
-            "gs_plan_new",
-        )?;
-        let read = gs_plan_bytes(plan, std::ptr::null_mut(), &mut bound);
-        gs_plan_free(plan);
-        gs_check(read, "gs_plan_bytes")?;
-    }
+    // The budget: the largest request's bound times the threads.
+    let bound = main.bound.max(high.as_ref().map_or(0, |h| h.bound));
     let budget = bound.max(1) * threads as u64;
     // SAFETY: a live executor.
     let status = unsafe { gs_executor_set_memory_budget(executor.0, budget) };
     gs_check(status, "gs_executor_set_memory_budget")?;
-    // One input for every request (kernels only read it), at one address, as the sessions'
-    // cached tensors like.
-    let mut input = Aligned::from(&manifest.input_bytes());
-    let (input_ptr, input_len) = (input.ptr() as usize, input.bytes().len());
-    // Handles as numbers: the C API is thread-safe, the Rust wrappers do not say so.
-    let (g, p, e) = (graph.handle() as usize, pool.handle() as usize, executor.0 as usize);
-    let (input_value, outputs): (_, Vec<_>) = (graph.input, graph.outputs.iter().map(|o| o.value).collect());
-    let request = |_client: usize, keep: bool| -> Result<Option<Answer>, String> {
-        let binding = gs_input_binding {
-            value: input_value,
-            tensor: Tensor::new(input_ptr as *mut std::ffi::c_void, input_len),
-        };
-        let options = gs_run_options {
-            inputs: &binding,
-            num_inputs: 1,
-            executor: e as *mut gs_executor,
-            ..Default::default()
-        };
-        let mut result = std::ptr::null_mut();
-        // SAFETY: live graph, pool and executor (they outlive the clients); the binding outlives
-        // the call.
-        let status = unsafe { gs_run(g as *const gs_graph, p as *mut gs_pool, &options, &mut result) };
-        gs_check(status, "gs_run")?;
-        let mut answer = Vec::new();
-        if keep {
-            for &out in &outputs {
-                let mut t = Tensor::empty();
-                // SAFETY: a live result; the bytes are copied before it is freed.
-                unsafe {
-                    gs_check(gs_result_output(result, out, &mut t), "gs_result_output")?;
-                    answer.push(std::slice::from_raw_parts(t.data.cast::<u8>(), t.nbytes).to_vec());
-                }
-            }
-        }
-        // SAFETY: made by gs_run above, freed once.
-        unsafe { gs_result_free(result) };
-        Ok(keep.then_some(answer))
-    };
-    request(0, false)?; // warm
+    let normal = main.requests(pool.handle(), executor.0, GS_PRIORITY_NORMAL);
+    let urgent = high
+        .as_mut()
+        .map(|h| h.requests(pool.handle(), executor.0, GS_PRIORITY_HIGH));
+    normal.request(false)?; // warm
+    if let Some(u) = &urgent {
+        u.request(false)?;
+    }
     let start_rss = rss_now();
-    let (latencies, answers) = closed_loop(clients, seconds, &request)?;
+    let send = |_client: usize, keep: bool| normal.request(keep);
+    let send_urgent = |_client: usize, keep: bool| urgent.as_ref().map_or(Ok(None), |u| u.request(keep));
+    let mut streams: Vec<(usize, Request<'_>)> = vec![(clients, &send)];
+    if urgent.is_some() {
+        streams.push((1, &send_urgent));
+    }
+    let mut served = closed_loop(seconds, &streams)?;
     let rss = (rss_peak().saturating_sub(start_rss), rss_peak());
-    let equal = !answers.is_empty() && answers.iter().all(|a| *a == want);
     let (mut peak_reserved, mut budget_now) = (0u64, 0u64);
     // SAFETY: a live executor, writable out pointers.
     unsafe { gs_executor_memory_budget(executor.0, &mut budget_now, std::ptr::null_mut(), &mut peak_reserved) };
-    let name = format!(
-        "graphsched ({} clusters, {})",
-        clusters.nodes.len(),
-        if intra { "intra-op pool" } else { "executor" }
-    );
-    let mut r = row(name, clients, threads, seconds, latencies, rss, equal);
+    let name = format!("graphsched ({})", main.name);
+    let mut r = row(name, clients, threads, seconds, &mut served[0], rss);
+    r.bitwise_equal = all_equal(&served[0], &main.want);
     r.budget_bytes = Some(budget_now);
     r.peak_reserved_bytes = Some(peak_reserved);
+    if let (Some(p), Some(h)) = (&priority, &high) {
+        let equal = all_equal(&served[1], &h.want);
+        let how = format!("high priority, same executor ({})", h.name);
+        add_priority(&mut r, &p.manifest.model, how, seconds, &mut served[1], equal);
+    }
     Ok(r)
 }
 
@@ -309,6 +522,10 @@ impl Drop for Executor {
     }
 }
 
+fn intra_name(intra: usize) -> String {
+    format!("{intra} intra-op thread{}", if intra == 1 { "" } else { "s" })
+}
+
 fn serve_ort(
     manifest: &Manifest,
     library: &Path,
@@ -316,34 +533,61 @@ fn serve_ort(
     clients: usize,
     seconds: f64,
     threads: usize,
+    priority: Option<Priority<'_>>,
 ) -> Result<ServeRow, String> {
     let runtime = Runtime::load(library, None)?;
     let want = reference(&runtime, manifest)?;
     let intra = if server == Server::OrtIntra { threads } else { 1 };
-    let config = SessionConfig {
-        intra_threads: intra,
+    let config = |intra_threads: usize| SessionConfig {
+        intra_threads,
         arena: Arena::Own,
         ..Default::default()
     };
-    let session = runtime.session(&manifest.dir.join(&manifest.prepared), config)?;
+    let session = runtime.session(&manifest.dir.join(&manifest.prepared), config(intra))?;
     // One WholeModel per client (its own output buffers), all over the one session.
     let sessions: Vec<Mutex<WholeModel<'_>>> = (0..clients)
-        .map(|_| Ok(Mutex::new(WholeModel::shared(&runtime, &session, manifest))))
-        .collect::<Result<_, String>>()?;
+        .map(|_| Mutex::new(WholeModel::shared(&runtime, &session, manifest)))
+        .collect();
+    // The priority client's model: a second session, its reference.
+    let second = match &priority {
+        Some(p) => {
+            let want = reference(&runtime, p.manifest)?;
+            let s = runtime.session(&p.manifest.dir.join(&p.manifest.prepared), config(p.ort_intra_threads))?;
+            Some((Mutex::new(WholeModel::new(&runtime, s, p.manifest)), want))
+        }
+        None => None,
+    };
     let request = |client: usize, keep: bool| -> Result<Option<Answer>, String> {
         let out = sessions[client].lock().unwrap().run(keep)?;
         Ok(keep.then_some(out))
     };
+    let urgent = |_client: usize, keep: bool| -> Result<Option<Answer>, String> {
+        match &second {
+            Some((s, _)) => {
+                let out = s.lock().unwrap().run(keep)?;
+                Ok(keep.then_some(out))
+            }
+            None => Ok(None),
+        }
+    };
     request(0, false)?;
+    urgent(0, false)?;
     let start_rss = rss_now();
-    let (latencies, answers) = closed_loop(clients, seconds, &request)?;
+    let mut streams: Vec<(usize, Request<'_>)> = vec![(clients, &request)];
+    if second.is_some() {
+        streams.push((1, &urgent));
+    }
+    let mut served = closed_loop(seconds, &streams)?;
     let rss = (rss_peak().saturating_sub(start_rss), rss_peak());
-    let equal = !answers.is_empty() && answers.iter().all(|a| *a == want);
-    let name = format!(
-        "onnxruntime (one shared session, {intra} intra-op thread{})",
-        if intra == 1 { "" } else { "s" }
-    );
-    Ok(row(name, clients, threads, seconds, latencies, rss, equal))
+    let name = format!("onnxruntime (one shared session, {})", intra_name(intra));
+    let mut r = row(name, clients, threads, seconds, &mut served[0], rss);
+    r.bitwise_equal = all_equal(&served[0], &want);
+    if let (Some(p), Some((_, want))) = (&priority, &second) {
+        let equal = all_equal(&served[1], want);
+        let how = format!("a second session, {}", intra_name(p.ort_intra_threads));
+        add_priority(&mut r, &p.manifest.model, how, seconds, &mut served[1], equal);
+    }
+    Ok(r)
 }
 
 fn rss_now() -> u64 {
@@ -387,5 +631,85 @@ mod tests {
         };
         assert_eq!(serving_way(&executor, 1, 2), Way::Executor);
         assert_eq!(percentiles(&mut [5, 1, 3, 2, 4]), (3, 5));
+    }
+
+    #[test]
+    fn without_a_priority_model_the_servers_are_as_before_and_with_one_each_runs_both_ways() {
+        let keys = |jobs: &[Job]| -> Vec<(&str, bool, usize)> {
+            jobs.iter()
+                .map(|j| (j.server.key(), j.priority, j.priority_intra))
+                .collect()
+        };
+        let plain = vec![("gs", false, 0), ("ort-shared", false, 0), ("ort-intra", false, 0)];
+        assert_eq!(keys(&jobs(false, 2)), plain);
+        let mut with = plain.clone();
+        with.extend([
+            ("gs", true, 0),
+            ("ort-shared", true, 1),
+            ("ort-shared", true, 2),
+            ("ort-intra", true, 1),
+            ("ort-intra", true, 2),
+        ]);
+        assert_eq!(keys(&jobs(true, 2)), with);
+        // One thread: the second session's one setting once.
+        let one = jobs(true, 1);
+        assert_eq!(one.len(), 3 + 1 + 2);
+        for (k, _) in Server::ALL {
+            assert_eq!(Server::parse(Server::parse(k).unwrap().key()), Server::parse(k));
+        }
+    }
+
+    #[test]
+    fn each_stream_keeps_its_own_latencies_and_first_answers() {
+        // Two clients of 1 ms requests, one priority client of 3 ms: every client checks its
+        // first answer only, and the streams' latencies stay apart.
+        let slow = |c: usize, keep: bool| -> Result<Option<Answer>, String> {
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(keep.then(|| vec![vec![c as u8]]))
+        };
+        let urgent = |_: usize, keep: bool| -> Result<Option<Answer>, String> {
+            std::thread::sleep(Duration::from_millis(3));
+            Ok(keep.then(|| vec![vec![9]]))
+        };
+        let mut served = closed_loop(0.2, &[(2, &slow), (1, &urgent)]).unwrap();
+        assert_eq!(served.len(), 2);
+        let mut firsts = served[0].answers.clone();
+        firsts.sort();
+        assert_eq!(firsts, vec![vec![vec![0]], vec![vec![1]]]);
+        assert_eq!(served[1].answers, vec![vec![vec![9]]]);
+        assert!(served[0].latencies.len() > served[1].latencies.len());
+        assert!(served[1].latencies.iter().all(|&ns| ns >= 3_000_000));
+        let mut row = row("x".into(), 2, 2, 0.2, &mut served[0], (0, 0));
+        assert!(!row.bitwise_equal, "set by the server from its reference");
+        assert!(row.priority_p99_ns.is_none());
+        let text = serde_json::to_string(&row).unwrap();
+        assert!(
+            !text.contains("priority"),
+            "rows without a priority client print as before: {text}"
+        );
+        let n = served[1].latencies.len() as u64;
+        add_priority(&mut row, "cls", "high".into(), 0.2, &mut served[1], true);
+        assert_eq!(row.priority_requests, Some(n));
+        assert!(row.priority_p50_ns.unwrap() >= 3_000_000);
+        assert!(row.priority_p99_ns >= row.priority_p50_ns);
+        assert!(row.p50_ns < row.priority_p50_ns.unwrap(), "the streams were not mixed");
+        let back: ServeRow = serde_json::from_str(&serde_json::to_string(&row).unwrap()).unwrap();
+        assert_eq!(back.priority_p99_ns, row.priority_p99_ns);
+        assert_eq!(back.priority_model.as_deref(), Some("cls"));
+    }
+
+    #[test]
+    fn a_failing_request_stops_every_stream_and_is_reported() {
+        let fine = |_: usize, _: bool| -> Result<Option<Answer>, String> {
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(None)
+        };
+        let fails = |_: usize, _: bool| -> Result<Option<Answer>, String> { Err("broken".into()) };
+        let start = Instant::now();
+        assert_eq!(closed_loop(5.0, &[(2, &fine), (1, &fails)]).unwrap_err(), "broken");
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "no need to serve the time out"
+        );
     }
 }
