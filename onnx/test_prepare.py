@@ -83,7 +83,9 @@ if done.returncode == 0:
         count = len(json.load(f)["nodes"])
     pairs = [list(range(i, min(i + 2, count))) for i in range(0, count, 2)]
     with open(os.path.join(out, "partition-2.json"), "w") as f:
-        json.dump({"chosen": {"clusters": pairs}, "considered": []}, f)
+        # Listed last first: prepare.py must write them in an order where each comes after
+        # those it reads from.
+        json.dump({"chosen": {"clusters": pairs[::-1]}, "considered": []}, f)
     for t in ("1", "2"):
         written = subprocess.run([sys.executable, os.path.join(here, "prepare.py"), "--clusters",
                                   os.path.join(out, f"partition-{t}.json"), os.path.join(out, f"clusters-{t}")],
