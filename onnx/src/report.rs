@@ -120,12 +120,22 @@ pub fn print_serve(manifest: &Manifest, priority: Option<&Manifest>, rows: &[cra
         );
     }
     println!(
-        "{:<52} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6}",
-        "runtime", "clients", "requests", "req/s", "p50 ms", "p99 ms", "peak MiB", "budget MiB", "equal"
+        "{:<52} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>9}",
+        "runtime",
+        "clients",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "peak MiB",
+        "budget MiB",
+        "equal",
+        "CPU us/req",
+        "ctxsw/req"
     );
     for r in rows {
         println!(
-            "{:<52} {:>7} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>10} {:>6}",
+            "{:<52} {:>7} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>10} {:>6} {:>10} {:>9}",
             r.runtime,
             r.clients,
             r.requests,
@@ -134,7 +144,13 @@ pub fn print_serve(manifest: &Manifest, priority: Option<&Manifest>, rows: &[cra
             r.p99_ns as f64 / 1e6,
             mib(r.peak_rss_bytes),
             r.budget_bytes.map_or("-".to_string(), mib),
-            if r.bitwise_equal { "yes" } else { "NO" }
+            if r.bitwise_equal { "yes" } else { "NO" },
+            r.cpu_ns_per_request
+                .map_or("-".to_string(), |ns| format!("{:.1}", ns / 1e3)),
+            match (r.voluntary_switches_per_request, r.involuntary_switches_per_request) {
+                (Some(v), Some(i)) => format!("{:.2}", v + i),
+                _ => "-".to_string(),
+            }
         );
         if let (Some(how), Some(n), Some(per_s), Some(p50), Some(p99)) = (
             &r.priority_runtime,

@@ -151,6 +151,75 @@ pub struct ServeRow {
     pub priority_p99_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_bitwise_equal: Option<bool>,
+    /// While serving, per request answered (the priority client's included): the process's
+    /// CPU time (every thread's, user and system), context switches (voluntary: a thread
+    /// blocked; involuntary: it was preempted) and minor page faults, from `getrusage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ns_per_request: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voluntary_switches_per_request: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub involuntary_switches_per_request: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor_faults_per_request: Option<f64>,
+}
+
+/// What the process has spent so far, every thread's (ended ones included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Usage {
+    cpu_ns: u64,
+    voluntary: u64,
+    involuntary: u64,
+    minor_faults: u64,
+}
+
+impl Usage {
+    /// `getrusage(RUSAGE_SELF)`; zeros where it is not known.
+    fn now() -> Usage {
+        #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+        {
+            /// `struct rusage` on 64-bit Linux: two `timeval`s, then 14 `long`s.
+            #[repr(C)]
+            struct RUsage([i64; 18]);
+            extern "C" {
+                fn getrusage(who: i32, usage: *mut RUsage) -> i32;
+            }
+            let mut u = RUsage([0; 18]);
+            // SAFETY: RUSAGE_SELF (0), and a writable struct of the kernel's layout and size.
+            if unsafe { getrusage(0, &mut u) } == 0 {
+                let f = u.0.map(|x| x.max(0) as u64);
+                return Usage {
+                    cpu_ns: (f[0] + f[2]) * 1_000_000_000 + (f[1] + f[3]) * 1_000,
+                    minor_faults: f[8],
+                    voluntary: f[16],
+                    involuntary: f[17],
+                };
+            }
+        }
+        Usage::default()
+    }
+
+    /// What was spent since `before`.
+    fn since(self, before: Usage) -> Usage {
+        Usage {
+            cpu_ns: self.cpu_ns.saturating_sub(before.cpu_ns),
+            voluntary: self.voluntary.saturating_sub(before.voluntary),
+            involuntary: self.involuntary.saturating_sub(before.involuntary),
+            minor_faults: self.minor_faults.saturating_sub(before.minor_faults),
+        }
+    }
+}
+
+/// Fills in what serving `requests` requests (every stream's) spent.
+fn add_usage(row: &mut ServeRow, spent: Usage, requests: u64) {
+    if spent == Usage::default() || requests == 0 {
+        return;
+    }
+    let per = |x: u64| Some(x as f64 / requests as f64);
+    row.cpu_ns_per_request = per(spent.cpu_ns);
+    row.voluntary_switches_per_request = per(spent.voluntary);
+    row.involuntary_switches_per_request = per(spent.involuntary);
+    row.minor_faults_per_request = per(spent.minor_faults);
 }
 
 /// In a child process: serves `clients` closed-loop clients (and the `priority` client) for
@@ -283,6 +352,10 @@ fn row(
         priority_p50_ns: None,
         priority_p99_ns: None,
         priority_bitwise_equal: None,
+        cpu_ns_per_request: None,
+        voluntary_switches_per_request: None,
+        involuntary_switches_per_request: None,
+        minor_faults_per_request: None,
     }
 }
 
@@ -485,7 +558,9 @@ fn serve_graphsched(
     if urgent.is_some() {
         streams.push((1, &send_urgent));
     }
+    let before = Usage::now();
     let mut served = closed_loop(seconds, &streams)?;
+    let spent = Usage::now().since(before);
     let rss = (rss_peak().saturating_sub(start_rss), rss_peak());
     let (mut peak_reserved, mut budget_now) = (0u64, 0u64);
     // SAFETY: a live executor, writable out pointers.
@@ -493,6 +568,7 @@ fn serve_graphsched(
     let name = format!("graphsched ({})", main.name);
     let mut r = row(name, clients, threads, seconds, &mut served[0], rss);
     r.bitwise_equal = all_equal(&served[0], &main.want);
+    add_usage(&mut r, spent, served.iter().map(|s| s.latencies.len() as u64).sum());
     r.budget_bytes = Some(budget_now);
     r.peak_reserved_bytes = Some(peak_reserved);
     if let (Some(p), Some(h)) = (&priority, &high) {
@@ -579,11 +655,14 @@ fn serve_ort(
     if second.is_some() {
         streams.push((1, &urgent));
     }
+    let before = Usage::now();
     let mut served = closed_loop(seconds, &streams)?;
+    let spent = Usage::now().since(before);
     let rss = (rss_peak().saturating_sub(start_rss), rss_peak());
     let name = format!("onnxruntime (one shared session, {})", intra_name(intra));
     let mut r = row(name, clients, threads, seconds, &mut served[0], rss);
     r.bitwise_equal = all_equal(&served[0], &want);
+    add_usage(&mut r, spent, served.iter().map(|s| s.latencies.len() as u64).sum());
     if let (Some(p), Some((_, want))) = (&priority, &second) {
         let equal = all_equal(&served[1], want);
         let how = format!("a second session, {}", intra_name(p.ort_intra_threads));
@@ -695,6 +774,17 @@ mod tests {
         assert!(row.priority_p50_ns.unwrap() >= 3_000_000);
         assert!(row.priority_p99_ns >= row.priority_p50_ns);
         assert!(row.p50_ns < row.priority_p50_ns.unwrap(), "the streams were not mixed");
+        let before = Usage::now();
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        let spent = Usage::now().since(before);
+        if cfg!(target_os = "linux") {
+            assert!(spent.cpu_ns >= 10_000_000, "20 ms of spinning is CPU time: {spent:?}");
+        }
+        add_usage(&mut row, spent, 4);
+        assert_eq!(row.cpu_ns_per_request, Some(spent.cpu_ns as f64 / 4.0));
         let back: ServeRow = serde_json::from_str(&serde_json::to_string(&row).unwrap()).unwrap();
         assert_eq!(back.priority_p99_ns, row.priority_p99_ns);
         assert_eq!(back.priority_model.as_deref(), Some("cls"));
