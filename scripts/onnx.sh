@@ -4,7 +4,7 @@
 #
 #   scripts/onnx.sh MODEL [--input-shape 1x3x640x640] [--threads N] [--json] [--check]
 #                         [--runs R] [--rounds K] [--call-cost]
-#                         [--serve [--clients N] [--seconds T]
+#                         [--serve [--clients N] [--seconds T] [--budget BYTES]
 #                                  [--priority-model MODEL2 [--priority-shape S2]]]
 #   scripts/onnx.sh --self-test
 #
@@ -13,7 +13,8 @@
 # --check only compares the outputs, bit for bit, in every memory mode (exit 1 if they differ).
 # --call-cost only times each node's session alone (--runs calls each) against the whole model.
 # --serve: N closed-loop clients for T seconds against graphsched (its clusters, one executor and
-# pool, a memory budget) and ONNX Runtime (one session shared by every client): `serve` rows.
+# pool, a memory budget: --budget, or one request's bound times the threads) and ONNX Runtime (one
+# session shared by every client): `serve` rows.
 # --priority-model (with --serve): one more closed-loop client sends MODEL2 requests (det, cls or a
 # file, prepared and partitioned like MODEL) at high priority on graphsched's same executor and
 # pool, and to a second ONNX Runtime session; its latencies are reported apart (priority_*), and
@@ -58,7 +59,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --input-shape) [ $# -ge 2 ] || usage; shape=$2; shift 2 ;;
         --threads) [ $# -ge 2 ] || usage; threads=$2; args+=("$1" "$2"); shift 2 ;;
-        --runs|--rounds|--clients|--seconds) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
+        --runs|--rounds|--clients|--seconds|--budget) [ $# -ge 2 ] || usage; args+=("$1" "$2"); shift 2 ;;
         --priority-model) [ $# -ge 2 ] || usage; priority_model=$2; shift 2 ;;
         --priority-shape) [ $# -ge 2 ] || usage; priority_shape=$2; shift 2 ;;
         --call-cost) call_cost=1; args+=("$1"); shift ;;

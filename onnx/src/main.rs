@@ -75,6 +75,10 @@ struct Args {
     /// apart, and the servers run without it too.
     #[arg(long, value_name = "DIR")]
     priority_model: Option<PathBuf>,
+    /// With --serve: graphsched's memory budget in bytes (0: none). Default: one request's
+    /// bound times the threads, and the priority model's bound besides.
+    #[arg(long)]
+    budget: Option<u64>,
     /// Internal, with --serve-child and --priority-model: ONNX Runtime's second session's
     /// intra-op threads.
     #[arg(long, hide = true, default_value_t = 1)]
@@ -133,15 +137,13 @@ fn run(args: &Args) -> Result<(), String> {
             manifest: m,
             ort_intra_threads: args.priority_intra,
         });
-        let row = serve::serve(
-            &manifest,
-            &args.ort_library,
-            server,
-            args.clients,
-            args.seconds,
-            args.threads,
-            priority,
-        )?;
+        let load = serve::Load {
+            clients: args.clients,
+            seconds: args.seconds,
+            threads: args.threads,
+            budget: args.budget,
+        };
+        let row = serve::serve(&manifest, &args.ort_library, server, load, priority)?;
         println!("{}", serde_json::to_string(&row).map_err(|e| e.to_string())?);
         return Ok(());
     }
@@ -161,6 +163,10 @@ fn run(args: &Args) -> Result<(), String> {
                 "--seconds",
                 &seconds,
             ];
+            let budget = args.budget.map(|b| b.to_string());
+            if let Some(b) = &budget {
+                extra.extend(["--budget", b]);
+            }
             let priority_dir = args.priority_model.as_deref().map(|d| d.to_string_lossy().into_owned());
             if let (true, Some(dir)) = (job.priority, &priority_dir) {
                 extra.extend(["--priority-model", dir, "--priority-intra", &intra]);
@@ -334,7 +340,8 @@ mod tests {
             "4",
         ]);
         assert_eq!(a.priority_model.as_deref(), Some(Path::new("prepared/cls")));
-        assert_eq!((a.priority_intra, a.seconds), (1, 4.0));
+        assert_eq!((a.priority_intra, a.seconds, a.budget), (1, 4.0, None));
+        assert_eq!(parse(&["--serve", "--budget", "0"]).budget, Some(0), "0: no budget");
         let a = parse(&[
             "--serve-child",
             "ort-intra",

@@ -26,7 +26,7 @@ use graphsched::ffi::*;
 use graphsched::{Tensor, ValueRef};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -151,6 +151,12 @@ pub struct ServeRow {
     pub priority_p99_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_bitwise_equal: Option<bool>,
+    /// graphsched: how long a request waited to enter the budget, on average (the priority
+    /// client's apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_wait_ns_mean: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_budget_wait_ns_mean: Option<u64>,
     /// While serving, per request answered (the priority client's included): the process's
     /// CPU time (every thread's, user and system), context switches (voluntary: a thread
     /// blocked; involuntary: it was preempted) and minor page faults, from `getrusage`.
@@ -222,25 +228,34 @@ fn add_usage(row: &mut ServeRow, spent: Usage, requests: u64) {
     row.minor_faults_per_request = per(spent.minor_faults);
 }
 
-/// In a child process: serves `clients` closed-loop clients (and the `priority` client) for
-/// `seconds` with `server` on `threads` threads.
+/// How much a server is asked to serve, and with what.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Closed-loop clients (the priority client apart).
+    pub clients: usize,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// The server's threads.
+    pub threads: usize,
+    /// graphsched's memory budget in bytes (0: none); by default one request's bound times the
+    /// threads, and the priority model's bound besides.
+    pub budget: Option<u64>,
+}
+
+/// In a child process: serves `load` (and the `priority` client) with `server`.
 pub fn serve(
     manifest: &Manifest,
     library: &Path,
     server: Server,
-    clients: usize,
-    seconds: f64,
-    threads: usize,
+    load: Load,
     priority: Option<Priority<'_>>,
 ) -> Result<ServeRow, String> {
-    if clients == 0 {
+    if load.clients == 0 {
         return Err("--clients must be at least 1".into());
     }
     match server {
-        Server::Graphsched => serve_graphsched(manifest, library, clients, seconds, threads, priority),
-        Server::OrtShared | Server::OrtIntra => {
-            serve_ort(manifest, library, server, clients, seconds, threads, priority)
-        }
+        Server::Graphsched => serve_graphsched(manifest, library, load, priority),
+        Server::OrtShared | Server::OrtIntra => serve_ort(manifest, library, server, load, priority),
     }
 }
 
@@ -352,6 +367,8 @@ fn row(
         priority_p50_ns: None,
         priority_p99_ns: None,
         priority_bitwise_equal: None,
+        budget_wait_ns_mean: None,
+        priority_budget_wait_ns_mean: None,
         cpu_ns_per_request: None,
         voluntary_switches_per_request: None,
         involuntary_switches_per_request: None,
@@ -440,6 +457,7 @@ impl<'r> GsModel<'r> {
             input: (self.input.ptr() as usize, self.input.bytes().len()),
             outputs: self.graph.outputs.iter().map(|o| o.value).collect(),
             priority,
+            waited_ns: AtomicU64::new(0),
         }
     }
 }
@@ -454,6 +472,8 @@ struct GsRequests {
     input: (usize, usize),
     outputs: Vec<ValueRef>,
     priority: u32,
+    /// Nanoseconds the requests waited to enter the budget, all together.
+    waited_ns: AtomicU64,
 }
 
 impl GsRequests {
@@ -481,6 +501,11 @@ impl GsRequests {
             )
         };
         gs_check(status, "gs_run")?;
+        let mut waited = 0;
+        // SAFETY: a live result, a writable out pointer.
+        if unsafe { gs_result_budget_wait_ns(result, &mut waited) } == gs_status::GS_OK {
+            self.waited_ns.fetch_add(waited, Ordering::Relaxed);
+        }
         let mut answer = Vec::new();
         if keep {
             for &out in &self.outputs {
@@ -505,11 +530,15 @@ impl GsRequests {
 fn serve_graphsched(
     manifest: &Manifest,
     library: &Path,
-    clients: usize,
-    seconds: f64,
-    threads: usize,
+    load: Load,
     priority: Option<Priority<'_>>,
 ) -> Result<ServeRow, String> {
+    let Load {
+        clients,
+        seconds,
+        threads,
+        ..
+    } = load;
     // Requests at once, the priority client's included.
     let at_once = clients + usize::from(priority.is_some());
     let intra = serving_way(&Choice::load(&manifest.dir, threads)?, at_once, threads) == Way::IntraOp;
@@ -539,7 +568,9 @@ fn serve_graphsched(
     // request besides. Runs enter first come, first served whatever their priority: in a budget
     // the normal runs can fill, an urgent request waits for a normal one to finish (on det, a
     // whole request: p99 230 ms for cls in a first measurement).
-    let budget = main.bound.max(1) * threads as u64 + high.as_ref().map_or(0, |h| h.bound);
+    let budget = load
+        .budget
+        .unwrap_or(main.bound.max(1) * threads as u64 + high.as_ref().map_or(0, |h| h.bound));
     // SAFETY: a live executor.
     let status = unsafe { gs_executor_set_memory_budget(executor.0, budget) };
     gs_check(status, "gs_executor_set_memory_budget")?;
@@ -548,8 +579,10 @@ fn serve_graphsched(
         .as_mut()
         .map(|h| h.requests(pool.handle(), executor.0, GS_PRIORITY_HIGH));
     normal.request(false)?; // warm
+    normal.waited_ns.store(0, Ordering::Relaxed);
     if let Some(u) = &urgent {
         u.request(false)?;
+        u.waited_ns.store(0, Ordering::Relaxed);
     }
     let start_rss = rss_now();
     let send = |_client: usize, keep: bool| normal.request(keep);
@@ -569,6 +602,11 @@ fn serve_graphsched(
     let mut r = row(name, clients, threads, seconds, &mut served[0], rss);
     r.bitwise_equal = all_equal(&served[0], &main.want);
     add_usage(&mut r, spent, served.iter().map(|s| s.latencies.len() as u64).sum());
+    let mean = |r: &GsRequests, s: &Served| r.waited_ns.load(Ordering::Relaxed) / (s.latencies.len() as u64).max(1);
+    r.budget_wait_ns_mean = Some(mean(&normal, &served[0]));
+    if let Some(u) = &urgent {
+        r.priority_budget_wait_ns_mean = Some(mean(u, &served[1]));
+    }
     r.budget_bytes = Some(budget_now);
     r.peak_reserved_bytes = Some(peak_reserved);
     if let (Some(p), Some(h)) = (&priority, &high) {
@@ -608,11 +646,15 @@ fn serve_ort(
     manifest: &Manifest,
     library: &Path,
     server: Server,
-    clients: usize,
-    seconds: f64,
-    threads: usize,
+    load: Load,
     priority: Option<Priority<'_>>,
 ) -> Result<ServeRow, String> {
+    let Load {
+        clients,
+        seconds,
+        threads,
+        ..
+    } = load;
     let runtime = Runtime::load(library, None)?;
     let want = reference(&runtime, manifest)?;
     let intra = if server == Server::OrtIntra { threads } else { 1 };
