@@ -22,6 +22,7 @@ form, one entry per cluster.
 """
 
 import argparse
+import heapq
 import json
 import os
 import sys
@@ -233,6 +234,36 @@ def tensor_entry(name, dtype, shape):
     }
 
 
+def cluster_order(clusters, cluster_of, graph, producer, choice_path):
+    """The clusters' indices in an order where every cluster comes after those it reads from
+    (the manifest's nodes must be topological; a partition need not list its clusters so),
+    ties to the cluster with the earliest node. Clusters that read from each other are refused."""
+    reads = [set() for _ in clusters]
+    for i, node in enumerate(graph.node):
+        for v in node.input:
+            if v in producer and cluster_of[producer[v]] != cluster_of[i]:
+                reads[cluster_of[i]].add(cluster_of[producer[v]])
+    readers = [[] for _ in clusters]
+    for c, froms in enumerate(reads):
+        for f in froms:
+            readers[f].append(c)
+    waiting = [len(r) for r in reads]
+    ready = [(min(m), c) for c, m in enumerate(clusters) if waiting[c] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, c = heapq.heappop(ready)
+        order.append(c)
+        for r in readers[c]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, (min(clusters[r]), r))
+    if len(order) != len(clusters):
+        stuck = sorted(c for c in range(len(clusters)) if waiting[c] > 0)
+        fail(f"{choice_path}: clusters {stuck[:8]} read from each other (a cluster is not convex)")
+    return order
+
+
 def write_clusters(choice_path, out_dir):
     prepared_dir = os.path.dirname(os.path.abspath(choice_path))
     with open(choice_path) as f:
@@ -262,7 +293,8 @@ def write_clusters(choice_path, out_dir):
                 read_outside.add(v)
     os.makedirs(out_dir, exist_ok=True)
     nodes = []
-    for c, members in enumerate(clusters):
+    for c in cluster_order(clusters, cluster_of, graph, producer, choice_path):
+        members = clusters[c]
         members = sorted(members)  # the manifest's order is topological
         made = {o for i in members for o in graph.node[i].output if o}
         ins, weights, seen = [], [], set()

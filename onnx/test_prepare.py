@@ -71,11 +71,27 @@ if done.returncode == 0:
         # A call is given at least what an empty one (call.onnx) was measured to cost.
         expect(considered and all(0 < p["empty_call_ns"] <= p["call_cost_ns"] for p in considered),
                f"every way's call cost is at least the empty call's, measured ({considered})")
+    # Serving with a priority client on graphsched's own clusters (the model serves itself as
+    # the priority model): every server's rows, and the priority stream's, checked bit for bit.
+    for t in ("1", "2"):
+        subprocess.run([sys.executable, os.path.join(here, "prepare.py"), "--clusters",
+                        os.path.join(out, f"partition-{t}.json"), os.path.join(out, f"clusters-{t}")],
+                       capture_output=True, text=True)
+    served = subprocess.run([exe, out, "--ort-library", library, "--serve", "--clients", "2", "--seconds", "0.2",
+                             "--priority-model", out, "--json"], capture_output=True, text=True)
+    rows = json.loads(served.stdout)["serve"] if served.returncode == 0 else []
+    with_priority = [r for r in rows if "priority_p99_ns" in r]
+    expect(len(rows) == 8 and len(with_priority) == 5
+           and all(r["bitwise_equal"] and r["requests"] > 0 for r in rows)
+           and all(r["priority_bitwise_equal"] and r["priority_requests"] > 0 for r in with_priority),
+           f"it serves two clients and a priority client, every answer equal ({served.stdout[-400:]}{served.stderr[-300:]})")
     with open(os.path.join(out, "manifest.json")) as f:
         count = len(json.load(f)["nodes"])
     pairs = [list(range(i, min(i + 2, count))) for i in range(0, count, 2)]
     with open(os.path.join(out, "partition-2.json"), "w") as f:
-        json.dump({"chosen": {"clusters": pairs}, "considered": []}, f)
+        # Listed last first: prepare.py must write them in an order where each comes after
+        # those it reads from.
+        json.dump({"chosen": {"clusters": pairs[::-1]}, "considered": []}, f)
     for t in ("1", "2"):
         written = subprocess.run([sys.executable, os.path.join(here, "prepare.py"), "--clusters",
                                   os.path.join(out, f"partition-{t}.json"), os.path.join(out, f"clusters-{t}")],

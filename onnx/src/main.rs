@@ -69,6 +69,20 @@ struct Args {
     /// With --serve: seconds each server is measured for.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// With --serve: one more closed-loop client sends requests of this prepared model (a
+    /// directory prepare.py wrote, partitioned like DIR) at high priority: to graphsched on the
+    /// same executor and pool, to ONNX Runtime as a second session. Its latencies are reported
+    /// apart, and the servers run without it too.
+    #[arg(long, value_name = "DIR")]
+    priority_model: Option<PathBuf>,
+    /// With --serve: graphsched's memory budget in bytes (0: none). Default: one request's
+    /// bound times the threads, and the priority model's bound besides.
+    #[arg(long)]
+    budget: Option<u64>,
+    /// Internal, with --serve-child and --priority-model: ONNX Runtime's second session's
+    /// intra-op threads.
+    #[arg(long, hide = true, default_value_t = 1)]
+    priority_intra: usize,
     /// Internal: serve with one server in this process and print its row as JSON.
     #[arg(long, hide = true)]
     serve_child: Option<String>,
@@ -95,6 +109,9 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if args.priority_model.is_some() && !args.serve && args.serve_child.is_none() {
+        return Err("--priority-model goes with --serve".into());
+    }
     let manifest = Manifest::load(&args.dir)?;
     if args.call_cost {
         return call_cost::call_cost(&manifest, &args.ort_library, args.runs);
@@ -113,36 +130,53 @@ fn run(args: &Args) -> Result<(), String> {
     if args.partition {
         return write_partitions(args, &threads);
     }
+    let priority_manifest = args.priority_model.as_deref().map(Manifest::load).transpose()?;
     if let Some(key) = &args.serve_child {
         let server = serve::Server::parse(key).ok_or(format!("no server {key}"))?;
-        let row = serve::serve(
-            &manifest,
-            &args.ort_library,
-            server,
-            args.clients,
-            args.seconds,
-            args.threads,
-        )?;
+        let priority = priority_manifest.as_ref().map(|m| serve::Priority {
+            manifest: m,
+            ort_intra_threads: args.priority_intra,
+        });
+        let load = serve::Load {
+            clients: args.clients,
+            seconds: args.seconds,
+            threads: args.threads,
+            budget: args.budget,
+        };
+        let row = serve::serve(&manifest, &args.ort_library, server, load, priority)?;
         println!("{}", serde_json::to_string(&row).map_err(|e| e.to_string())?);
         return Ok(());
     }
     if args.serve {
         let mut rows = Vec::new();
-        for (key, _) in serve::Server::ALL {
-            let extra = [
+        for job in serve::jobs(args.priority_model.is_some(), args.threads) {
+            let (clients, seconds, intra) = (
+                args.clients.to_string(),
+                args.seconds.to_string(),
+                job.priority_intra.to_string(),
+            );
+            let mut extra = vec![
                 "--serve-child",
-                key,
+                job.server.key(),
                 "--clients",
-                &args.clients.to_string(),
+                &clients,
                 "--seconds",
-                &args.seconds.to_string(),
+                &seconds,
             ];
+            let budget = args.budget.map(|b| b.to_string());
+            if let Some(b) = &budget {
+                extra.extend(["--budget", b]);
+            }
+            let priority_dir = args.priority_model.as_deref().map(|d| d.to_string_lossy().into_owned());
+            if let (true, Some(dir)) = (job.priority, &priority_dir) {
+                extra.extend(["--priority-model", dir, "--priority-intra", &intra]);
+            }
             let out = run_child(args, args.threads, &extra)?;
             let row: serve::ServeRow =
                 serde_json::from_slice(&out).map_err(|e| format!("a child printed no row: {e}"))?;
             rows.push(row);
         }
-        report::print_serve(&manifest, &rows, args.json);
+        report::print_serve(&manifest, priority_manifest.as_ref(), &rows, args.json);
         return Ok(());
     }
     if let Some(key) = &args.child {
@@ -292,4 +326,50 @@ fn child(args: &Args, runner: Runner, threads: usize) -> Result<Row, String> {
     let out =
         run_child(args, threads, &["--child", runner.key()]).map_err(|e| format!("{}: {e}", runner.describe()))?;
     serde_json::from_slice(&out).map_err(|e| format!("a child printed no row: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Args {
+        let mut argv = vec!["gsched-onnx", "prepared/det", "--ort-library", "libonnxruntime.so"];
+        argv.extend(extra);
+        Args::try_parse_from(argv).expect("parses")
+    }
+
+    #[test]
+    fn the_priority_model_is_a_directory_and_its_sessions_threads_default_to_one() {
+        let a = parse(&["--serve", "--clients", "8"]);
+        assert!(a.serve && a.priority_model.is_none());
+        assert_eq!(a.clients, 8);
+        let a = parse(&[
+            "--serve",
+            "--clients",
+            "2",
+            "--priority-model",
+            "prepared/cls",
+            "--seconds",
+            "4",
+        ]);
+        assert_eq!(a.priority_model.as_deref(), Some(Path::new("prepared/cls")));
+        assert_eq!((a.priority_intra, a.seconds, a.budget), (1, 4.0, None));
+        assert_eq!(parse(&["--serve", "--budget", "0"]).budget, Some(0), "0: no budget");
+        let a = parse(&[
+            "--serve-child",
+            "ort-intra",
+            "--priority-model",
+            "c",
+            "--priority-intra",
+            "2",
+        ]);
+        assert_eq!((a.serve_child.as_deref(), a.priority_intra), (Some("ort-intra"), 2));
+    }
+
+    #[test]
+    fn a_priority_model_without_serve_is_refused_before_anything_runs() {
+        // No manifest is read first (there is none here): the sentence names the mistake.
+        let e = run(&parse(&["--priority-model", "prepared/cls"])).unwrap_err();
+        assert_eq!(e, "--priority-model goes with --serve");
+    }
 }

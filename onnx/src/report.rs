@@ -98,26 +98,44 @@ fn summary(manifest: &Manifest, checks: &[Check], parallelism: &Parallelism, row
     })
 }
 
-/// The `--serve` rows.
-pub fn print_serve(manifest: &Manifest, rows: &[crate::serve::ServeRow], as_json: bool) {
+/// The `--serve` rows (with the priority client's figures where one ran).
+pub fn print_serve(manifest: &Manifest, priority: Option<&Manifest>, rows: &[crate::serve::ServeRow], as_json: bool) {
     if as_json {
-        println!(
-            "{}",
-            json!({"model": manifest.model, "nodes": manifest.nodes.len(), "serve": rows})
-        );
+        let mut out = json!({"model": manifest.model, "nodes": manifest.nodes.len(), "serve": rows});
+        if let Some(p) = priority {
+            out["priority_model"] = json!(p.model);
+            out["priority_nodes"] = json!(p.nodes.len());
+        }
+        println!("{out}");
         return;
     }
     println!(
         "{}: closed-loop clients, each server in a process of its own; latencies per request",
         manifest.model
     );
+    if let Some(p) = priority {
+        println!(
+            "with a priority client: one more closed-loop client sending {} requests",
+            p.model
+        );
+    }
     println!(
-        "{:<52} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6}",
-        "runtime", "clients", "requests", "req/s", "p50 ms", "p99 ms", "peak MiB", "budget MiB", "equal"
+        "{:<52} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>9}",
+        "runtime",
+        "clients",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "peak MiB",
+        "budget MiB",
+        "equal",
+        "CPU us/req",
+        "ctxsw/req"
     );
     for r in rows {
         println!(
-            "{:<52} {:>7} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>10} {:>6}",
+            "{:<52} {:>7} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>10} {:>6} {:>10} {:>9}",
             r.runtime,
             r.clients,
             r.requests,
@@ -126,7 +144,37 @@ pub fn print_serve(manifest: &Manifest, rows: &[crate::serve::ServeRow], as_json
             r.p99_ns as f64 / 1e6,
             mib(r.peak_rss_bytes),
             r.budget_bytes.map_or("-".to_string(), mib),
-            if r.bitwise_equal { "yes" } else { "NO" }
+            if r.bitwise_equal { "yes" } else { "NO" },
+            r.cpu_ns_per_request
+                .map_or("-".to_string(), |ns| format!("{:.1}", ns / 1e3)),
+            match (r.voluntary_switches_per_request, r.involuntary_switches_per_request) {
+                (Some(v), Some(i)) => format!("{:.2}", v + i),
+                _ => "-".to_string(),
+            }
         );
+        if let (Some(how), Some(n), Some(per_s), Some(p50), Some(p99)) = (
+            &r.priority_runtime,
+            r.priority_requests,
+            r.priority_throughput_per_s,
+            r.priority_p50_ns,
+            r.priority_p99_ns,
+        ) {
+            println!(
+                "  + priority client: {:<33} {:>7} {:>8} {:>9.1} {:>9.2} {:>9.2} {:>9} {:>10} {:>6}",
+                how,
+                1,
+                n,
+                per_s,
+                p50 as f64 / 1e6,
+                p99 as f64 / 1e6,
+                "",
+                "",
+                if r.priority_bitwise_equal == Some(true) {
+                    "yes"
+                } else {
+                    "NO"
+                }
+            );
+        }
     }
 }
