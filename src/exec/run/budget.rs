@@ -16,15 +16,25 @@
 //! above). Priorities (`RunOptions::priority`) order nodes on the threads, not entry, so a
 //! stream of urgent runs cannot starve the others out of the budget.
 //!
+//! **Only the head of the queue is woken**, and only when it may enter: each waiting thread is
+//! parked with its ticket and need in the queue, and whoever changes what fits (a run leaving,
+//! the head entering, the budget changing) unparks the new head if its reservation fits. With
+//! one condition variable for all, every leave woke every waiter to find that only the first
+//! could go: on a server of 8 clients and a budget for 2 requests, 2-6 context switches a
+//! request.
+//!
 //! A run whose own bound is more than the whole budget is refused at once, naming the graph and
 //! the bytes. A run started from inside a kernel (a nested run, or any run on one of the
 //! executor's threads) never waits: it would wait for memory its own caller holds. It enters if
 //! its reservation fits with nobody queued, and is refused otherwise.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::collections::VecDeque;
 use std::time::Instant;
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::thread::{self, Thread};
+use crate::sync::{lock, Mutex, MutexGuard};
 
 use crate::error::{err, ErrorKind, Result};
 
@@ -36,8 +46,6 @@ pub(in crate::exec) struct Budget {
     /// a run racing a change may enter as if it came just before it.
     bytes: AtomicU64,
     state: Mutex<Books>,
-    /// Woken when a run leaves, the budget changes or the head of the queue enters.
-    turn: Condvar,
 }
 
 #[derive(Default)]
@@ -48,6 +56,23 @@ struct Books {
     /// Tickets handed out, and the ticket whose turn it is: the queue is the tickets between.
     next_ticket: u64,
     serving: u64,
+    /// The runs waiting, in ticket order: ticket, bytes needed, and the thread to unpark.
+    waiting: VecDeque<(u64, u64, Thread)>,
+}
+
+impl Books {
+    /// Whether a run needing `need` may enter when its turn has come: its reservation fits, or
+    /// it never will (the budget was lowered below it, or removed), which it then learns.
+    fn room_for(&self, need: u64) -> bool {
+        self.reserved + need <= self.bytes || need > self.bytes
+    }
+
+    /// The head of the queue, if its turn has come and it may enter: to unpark once the lock is
+    /// let go (so that it does not wake to a held lock).
+    fn head_to_wake(&self) -> Option<Thread> {
+        let (ticket, need, thread) = self.waiting.front()?;
+        (*ticket == self.serving && self.room_for(*need)).then(|| thread.clone())
+    }
 }
 
 /// What a budget holds now: its bytes, the reservations of the runs inside, and their peak.
@@ -61,10 +86,10 @@ pub struct BudgetStats {
     pub peak_reserved: u64,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// Entries held by this thread, and whether it is one of an executor's workers: a run started
     /// then is inside another (see the module docs).
-    static INSIDE: Cell<u32> = const { Cell::new(0) };
+    static INSIDE: Cell<u32> = Cell::new(0);
 }
 
 /// Marks the calling thread as an executor's worker for its whole life.
@@ -83,16 +108,25 @@ pub(in crate::exec) struct Entry<'b> {
 impl Budget {
     fn books(&self) -> MutexGuard<'_, Books> {
         // A panic never happens under this lock (plain arithmetic); recover the books anyway.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
-    /// Sets the budget (0: none). Runs inside keep their reservations; waiting runs look again.
+    /// Lets go of the books, then wakes the head of the queue if it may enter now.
+    fn release_and_wake(b: MutexGuard<'_, Books>) {
+        let head = b.head_to_wake();
+        drop(b);
+        if let Some(thread) = head {
+            thread.unpark();
+        }
+    }
+
+    /// Sets the budget (0: none). Runs inside keep their reservations; the head of the queue
+    /// looks again.
     pub(in crate::exec) fn set(&self, bytes: u64) {
         let mut b = self.books();
         b.bytes = bytes;
         self.bytes.store(bytes, Ordering::Relaxed);
-        drop(b);
-        self.turn.notify_all();
+        Budget::release_and_wake(b);
     }
 
     pub(in crate::exec) fn stats(&self) -> BudgetStats {
@@ -152,20 +186,30 @@ impl Budget {
         } else {
             let ticket = b.next_ticket;
             b.next_ticket += 1;
-            // The budget may shrink while the run waits: below its need, refuse it then too.
-            while b.serving != ticket || (b.reserved + need > b.bytes && need <= b.bytes) {
-                start.get_or_insert_with(Instant::now);
-                b = self.turn.wait(b).unwrap_or_else(|e| e.into_inner());
+            if b.serving != ticket || !b.room_for(need) {
+                start = Some(Instant::now());
+                b.waiting.push_back((ticket, need, thread::current()));
+                // Parked until its turn and its room come (`head_to_wake`); a wake-up that
+                // finds neither (a spurious one, or the budget lowered meanwhile) parks again.
+                // An unpark that comes before the park is kept: park returns at once.
+                while b.serving != ticket || !b.room_for(need) {
+                    drop(b);
+                    thread::park();
+                    b = self.books();
+                }
+                let head = b.waiting.pop_front();
+                debug_assert!(head.is_some_and(|h| h.0 == ticket), "the head of the queue enters");
             }
             b.serving += 1;
+            // The budget may have shrunk while the run waited: below its need, refuse it then.
             if b.bytes != 0 && need > b.bytes {
-                self.turn.notify_all();
+                let lowered = b.bytes;
+                Budget::release_and_wake(b);
                 return err(
                     ErrorKind::MemoryLimit,
                     format!(
-                        "{} needs {need} bytes, more than the memory budget, lowered to {} bytes",
-                        who(),
-                        b.bytes
+                        "{} needs {need} bytes, more than the memory budget, lowered to {lowered} bytes",
+                        who()
                     ),
                 );
             }
@@ -173,9 +217,8 @@ impl Budget {
         b.reserved += need;
         b.peak_reserved = b.peak_reserved.max(b.reserved);
         debug_assert!(b.bytes == 0 || b.reserved <= b.bytes, "reservations within the budget");
-        drop(b);
         // The next in line may fit too.
-        self.turn.notify_all();
+        Budget::release_and_wake(b);
         INSIDE.with(|c| c.set(c.get() + 1));
         Ok(Some(Entry {
             budget: self,
@@ -198,7 +241,83 @@ impl Drop for Entry<'_> {
         INSIDE.with(|c| c.set(c.get() - 1));
         let mut b = self.budget.books();
         b.reserved -= self.bytes;
-        drop(b);
-        self.budget.turn.notify_all();
+        Budget::release_and_wake(b);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::Budget;
+    use loom::sync::Arc;
+
+    /// Runs entering a budget that holds fewer of them at once than there are: every one enters
+    /// and leaves, never more reserved than the budget. A waiter nobody unparks leaves its thread
+    /// blocked for ever, which loom reports as a deadlock.
+    fn all_enter(budget: u64, needs: &'static [u64]) {
+        loom::model(move || {
+            let b = Arc::new(Budget::default());
+            b.set(budget);
+            let threads: Vec<_> = needs
+                .iter()
+                .map(|&need| {
+                    let b = b.clone();
+                    loom::thread::spawn(move || {
+                        let entry = b.enter(|| need, || "a run".into()).unwrap().expect("a budget is set");
+                        let s = b.stats();
+                        assert!(s.reserved <= s.bytes, "{} reserved of {}", s.reserved, s.bytes);
+                        drop(entry);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(b.stats().reserved, 0);
+        });
+    }
+
+    #[test]
+    fn loom_two_runs_one_at_a_time() {
+        all_enter(1, &[1, 1]);
+    }
+
+    /// Two runs that fit together are let in together: while a run holding the whole budget is
+    /// inside, two more queue; when it leaves, the first of them enters and must wake the second
+    /// (the leaving run woke only the head). Each waits inside for the other, so a second left
+    /// parked blocks both: a deadlock for loom.
+    #[test]
+    fn loom_runs_that_fit_together_enter_together() {
+        use loom::sync::{Condvar, Mutex};
+        loom::model(|| {
+            let b = Arc::new(Budget::default());
+            b.set(2);
+            let whole = b
+                .enter(|| 2, || "the first run".into())
+                .unwrap()
+                .expect("a budget is set");
+            let inside = Arc::new((Mutex::new(0u32), Condvar::new()));
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let (b, inside) = (b.clone(), inside.clone());
+                    loom::thread::spawn(move || {
+                        let entry = b.enter(|| 1, || "a run".into()).unwrap().expect("a budget is set");
+                        let (count, both) = &*inside;
+                        let mut n = count.lock().unwrap();
+                        *n += 1;
+                        both.notify_all();
+                        while *n < 2 {
+                            n = both.wait(n).unwrap();
+                        }
+                        drop(n);
+                        drop(entry);
+                    })
+                })
+                .collect();
+            drop(whole);
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(b.stats().reserved, 0);
+        });
     }
 }
