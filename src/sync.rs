@@ -12,13 +12,13 @@
 #[cfg(not(loom))]
 pub(crate) use std::{
     sync::{atomic, Condvar, Mutex, MutexGuard},
-    thread, thread_local,
+    thread,
 };
 
 #[cfg(loom)]
 pub(crate) use loom::{
     sync::{atomic, Condvar, Mutex, MutexGuard},
-    thread, thread_local,
+    thread,
 };
 
 /// Locks `m`, through a poisoning: what the lock guards stays consistent across a panic.

@@ -86,9 +86,17 @@ pub struct BudgetStats {
     pub peak_reserved: u64,
 }
 
-crate::sync::thread_local! {
+#[cfg(not(loom))]
+std::thread_local! {
     /// Entries held by this thread, and whether it is one of an executor's workers: a run started
     /// then is inside another (see the module docs).
+    static INSIDE: Cell<u32> = const { Cell::new(0) };
+}
+
+// Loom's threads share one OS thread: each needs its own count (and loom's macro takes no
+// `const` initializer).
+#[cfg(loom)]
+loom::thread_local! {
     static INSIDE: Cell<u32> = Cell::new(0);
 }
 
