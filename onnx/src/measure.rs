@@ -145,14 +145,16 @@ pub fn measure(
         Runner::GraphschedAuto => {
             let clusters = Manifest::load(&crate::partition::clusters_dir(&manifest.dir, threads))?;
             let intra = auto_intra;
+            let pattern = auto.as_ref().is_some_and(|c| c.chosen.memory_pattern);
             described = format!(
-                "graphsched (auto: {} clusters, {})",
+                "graphsched (auto: {} clusters, {}{})",
                 clusters.nodes.len(),
-                if intra { "intra-op pool" } else { "executor" }
+                if intra { "intra-op pool" } else { "executor" },
+                if pattern { ", memory pattern" } else { "" }
             );
             let config = SessionConfig {
                 global_threads: intra,
-                value_by_value: true,
+                value_by_value: !pattern,
                 ..per_node
             };
             let graph = OnnxGraph::build(&runtime, &clusters, config)?;

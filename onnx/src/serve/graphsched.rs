@@ -287,6 +287,7 @@ mod tests {
             threads: 2,
             call_cost_ns: 1000,
             empty_call_ns: 0,
+            memory_pattern: false,
             nodes: 3,
             clusters,
             before_ns: 100,
