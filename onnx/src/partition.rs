@@ -274,7 +274,10 @@ fn whole_model_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig)
         let start = Instant::now();
         w.run(false).map(|_| start.elapsed().as_nanos() as u64)
     };
-    for _ in 0..LEARN_RUNS / 2 {
+    // At least a dozen pairs; on a fast model, as many as half a second holds (the two differ by
+    // a few percent there, and so do two runs).
+    let start = Instant::now();
+    while with_pattern.len() < LEARN_RUNS / 2 || (with_pattern.len() < 500 && start.elapsed().as_millis() < 500) {
         with_pattern.push(timed(&mut pattern)?);
         by_value.push(timed(&mut each)?);
     }
