@@ -235,8 +235,9 @@ fn empty_call_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig) 
     let session = runtime.session(&manifest.dir.join(file), config)?;
     let (mut x, mut y) = (Aligned::zeroed(4), Aligned::zeroed(4));
     const FLOAT: i32 = 1; // ONNX's TensorProto.FLOAT
-                          // SAFETY: each buffer holds one float and outlives every run below.
+                          // SAFETY: `x` holds one float and outlives every run below.
     let input = [unsafe { runtime.tensor(x.ptr(), 4, &[1], FLOAT) }?];
+    // SAFETY: `y` holds one float and outlives every run below.
     let mut output = [unsafe { runtime.tensor(y.ptr(), 4, &[1], FLOAT) }?];
     let (names_in, names_out) = ([c"x".as_ptr()], [c"y".as_ptr()]);
     let mut times = Vec::with_capacity(EMPTY_CALLS);
