@@ -27,14 +27,6 @@ static int32_t spin(gs_kernel_ctx *c, void *user) {
   return 0;
 }
 
-static void check(gs_status s, const char *what) {
-  if (s != GS_OK) {
-    fprintf(stderr, "graphsched %s failed: %s: %s\n", what, gs_status_name(s),
-            gs_last_error_message());
-    exit(1);
-  }
-}
-
 static gs_graph *build(const ks_workload *w) {
   return gb_build_graph(w->num_nodes, w->pred_start, w->preds, "Spin", spin, w->dur_ns, sizeof w->dur_ns[0]);
 }
@@ -44,7 +36,7 @@ static KS_NOINLINE void ks_timed_runs(gs_graph *g, gs_pool *pool, const gs_run_o
                                       uint32_t runs) {
   for (uint32_t k = 0; k < runs; k++) {
     gs_run_result *res = NULL;
-    check(gs_run(g, pool, opts, &res), "gs_run");
+    gb_check(gs_run(g, pool, opts, &res), "gs_run");
     gs_result_free(res);
   }
 }
@@ -64,8 +56,8 @@ int main(int argc, char **argv) {
   gs_pool *pool = NULL;
   memset(&cfg, 0, sizeof cfg);
   cfg.threads = (uint32_t)threads;
-  check(gs_executor_new(&cfg, &ex), "gs_executor_new");
-  check(gs_pool_new(NULL, &pool), "gs_pool_new");
+  gb_check(gs_executor_new(&cfg, &ex), "gs_executor_new");
+  gb_check(gs_pool_new(NULL, &pool), "gs_pool_new");
   gs_graph *g = build(&w);
 
   gs_run_options opts;
@@ -92,8 +84,8 @@ int main(int argc, char **argv) {
   if (debug && atoi(debug)) {
     gs_run_result *res = NULL;
     gs_run_stats st;
-    check(gs_run(g, pool, &opts, &res), "gs_run (debug)");
-    check(gs_result_stats(res, &st), "gs_result_stats");
+    gb_check(gs_run(g, pool, &opts, &res), "gs_run (debug)");
+    gb_check(gs_result_stats(res, &st), "gs_result_stats");
     gs_result_free(res);
     fprintf(stderr, "%s: threads %llu\n", w.name, (unsigned long long)st.threads);
   }

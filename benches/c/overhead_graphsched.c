@@ -34,14 +34,6 @@ static int32_t empty(gs_kernel_ctx *c, void *u) {
   return 0;
 }
 
-static void check(gs_status s, const char *what) {
-  if (s != GS_OK) {
-    fprintf(stderr, "graphsched %s failed: %s: %s\n", what, gs_status_name(s),
-            gs_last_error_message());
-    exit(1);
-  }
-}
-
 static gs_graph *build(const oh_workload *w) {
   return gb_build_graph(w->num_nodes, w->pred_start, w->preds, "Empty", empty, NULL, 0);
 }
@@ -51,7 +43,7 @@ static OH_NOINLINE void oh_timed_runs(gs_graph *g, gs_pool *pool, const gs_run_o
                                       uint32_t runs) {
   for (uint32_t k = 0; k < runs; k++) {
     gs_run_result *res = NULL;
-    check(gs_run(g, pool, opts, &res), "gs_run");
+    gb_check(gs_run(g, pool, opts, &res), "gs_run");
     gs_result_free(res);
   }
 }
@@ -73,7 +65,7 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   const char *force = getenv("OH_FORCE_EXECUTOR");
   if (force && atoi(force)) opts.flags |= GS_RUN_FORCE_EXECUTOR;
 
-  check(gs_run(g, pool, &opts, &res), "gs_run (warm-up)");
+  gb_check(gs_run(g, pool, &opts, &res), "gs_run (warm-up)");
   gs_result_free(res);
   for (int r = 0; r < OH_REPS; r++) {
     uint64_t t0 = oh_now_ns();
@@ -85,10 +77,10 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   if (debug && atoi(debug)) {
     gs_run_stats st;
     gs_graph_info gi;
-    check(gs_run(g, pool, &opts, &res), "gs_run (debug)");
-    check(gs_result_stats(res, &st), "gs_result_stats");
+    gb_check(gs_run(g, pool, &opts, &res), "gs_run (debug)");
+    gb_check(gs_result_stats(res, &st), "gs_result_stats");
     gs_result_free(res);
-    check(gs_graph_get_info(g, &gi), "gs_graph_get_info");
+    gb_check(gs_graph_get_info(g, &gi), "gs_graph_get_info");
     fprintf(stderr, "%s: threads %llu, estimated work %llu ns, critical path %llu ns\n", w->name,
             (unsigned long long)st.threads, (unsigned long long)gi.total_work_ns,
             (unsigned long long)gi.critical_path_ns);
@@ -119,8 +111,8 @@ int main(int argc, char **argv) {
   cfg.threads = (uint32_t)oh_threads();
   /* OH_SEQUENTIAL=1: runs without an executor, in topological order on the calling thread. */
   const char *seq = getenv("OH_SEQUENTIAL");
-  if (!(seq && atoi(seq))) check(gs_executor_new(&cfg, &ex), "gs_executor_new");
-  check(gs_pool_new(NULL, &pool), "gs_pool_new");
+  if (!(seq && atoi(seq))) gb_check(gs_executor_new(&cfg, &ex), "gs_executor_new");
+  gb_check(gs_pool_new(NULL, &pool), "gs_pool_new");
 
   oh_chain(&w, 100000);
   maybe_bench(ex, pool, &w);

@@ -58,10 +58,12 @@ impl RunState<'_> {
 
     /// After a successful kernel: drop what nobody needs any more (small blocks into `cache`, the
     /// thread's), then mark successors. `LEAN`: a node on the short path ([`lean`](crate::exec::node::lean)), which took
-    /// no input's buffer over, in a run with neither a memory limit nor a plan. `SETTLE`: on
-    /// the short path on an executor's threads, whose outputs are not counted live yet: they
-    /// and what it drops are counted in one step (`RunState::settle_live`). A sequential run
-    /// counts its outputs before the call and each drop as it goes (plain stores, one thread).
+    /// no input's buffer over, in a run with neither a memory limit nor a plan. `SETTLE`: a node
+    /// run by `execute_lean` (on an executor's threads, or one node between the sequential
+    /// driver's stretches), whose outputs are not counted live yet: they and what it drops are
+    /// counted in one step (`RunState::settle_live`: one atomic on the threads, plain stores in
+    /// a sequential run). The sequential driver's stretches count outputs before the call and
+    /// each drop as it goes.
     #[inline(always)]
     pub(in crate::exec) fn end_node_ok<const LEAN: bool, const SETTLE: bool>(
         &self,

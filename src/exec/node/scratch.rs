@@ -47,7 +47,7 @@ pub(in crate::exec) struct Scratch {
     pub(in crate::exec) taken: Option<u32>,
     /// Values the current node freed.
     pub(in crate::exec) freed: Vec<u32>,
-    /// Bytes of the outputs of the node on the executor's short path that the run's live count
+    /// Bytes of the outputs of the node in `execute_lean` (module `lean`) that the run's live count
     /// does not hold yet: counted at its end, with what it freed, in one atomic
     /// (`RunState::settle_live`), or before any other way out (`RunState::count_unadded`).
     pub(in crate::exec) unadded: u64,
