@@ -70,7 +70,7 @@ fn many_runs_of_several_graphs_stay_within_one_budget_and_all_complete_at_the_sm
     let need = |g: &Graph| g.lowest_live_order().peak + 16384;
     let budget = graphs.iter().map(|g| need(g)).max().unwrap();
     let executor = Arc::new(Executor::new(3).unwrap());
-    executor.set_memory_budget(budget);
+    executor.set_memory_budget(budget).unwrap();
     let pool = Arc::new(Pool::default());
     let waited = Arc::new(AtomicUsize::new(0));
     std::thread::scope(|s| {
@@ -120,7 +120,7 @@ fn without_a_limit_a_run_reserves_its_bound_and_completes() {
     let executor = Executor::new(2).unwrap();
     let pool = Arc::new(Pool::default());
     // Room for the static values only: the dynamic sink output is refused at its limit.
-    executor.set_memory_budget(g.lowest_live_order().peak);
+    executor.set_memory_budget(g.lowest_live_order().peak).unwrap();
     let options = RunOptions {
         executor: Some(&executor),
         ..Default::default()
@@ -139,7 +139,7 @@ fn without_a_limit_a_run_reserves_its_bound_and_completes() {
 fn a_run_larger_than_the_whole_budget_is_refused_at_once() {
     let g = layered("big", 3, 3, 8192, 0);
     let executor = Executor::new(2).unwrap();
-    executor.set_memory_budget(1000);
+    executor.set_memory_budget(1000).unwrap();
     let pool = Arc::new(Pool::default());
     let started = std::time::Instant::now();
     let e = graphsched::run(
@@ -159,6 +159,116 @@ fn a_run_larger_than_the_whole_budget_is_refused_at_once() {
         e.message().contains(&g.describe()) && e.message().contains(&bound.to_string()) && e.message().contains("1000"),
         "{e}"
     );
+}
+
+/// A one-node graph whose kernel notes the thread it runs on, tells `inside` it started, and
+/// holds its output for `hold`.
+fn held(
+    name: &str,
+    hold: Duration,
+    ran_on: Arc<Mutex<Vec<String>>>,
+    inside: std::sync::mpsc::SyncSender<()>,
+) -> Arc<Graph> {
+    let inside = Mutex::new(inside);
+    let mut b = GraphBuilder::new();
+    let kernel: graphsched::Kernel = Box::new(move |ctx| {
+        let me = std::thread::current();
+        ran_on.lock().unwrap().push(me.name().unwrap_or("").to_string());
+        let _ = inside.lock().unwrap().try_send(());
+        std::thread::sleep(hold);
+        ctx.output_bytes(0).unwrap().fill(7);
+        Ok(())
+    });
+    let n = b.add_node(NodeDesc::new(name, "Held", kernel).output(4096)).unwrap();
+    b.mark_output(ValueRef::new(n, 0)).unwrap();
+    Arc::new(b.finalize().unwrap())
+}
+
+/// Runs that wait in the budget are started by the run that makes room, on the executor's
+/// threads, and their callers only wait. An executor of one thread has no worker at all: the
+/// thread the first budget starts in the callers' place runs them (without it they would never
+/// start).
+#[test]
+fn a_run_that_waits_is_run_on_the_executors_threads_while_its_caller_waits() {
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let (inside, started) = std::sync::mpsc::sync_channel(16);
+    let g = held("h", Duration::from_millis(30), ran_on.clone(), inside);
+    let executor = Executor::new(1).unwrap();
+    executor.set_memory_budget(g.lowest_live_order().peak).unwrap();
+    let pool = Arc::new(Pool::default());
+    let run = || {
+        let options = RunOptions {
+            executor: Some(&executor),
+            ..Default::default()
+        };
+        graphsched::run(&g, &pool, &options)
+    };
+    let waits = std::thread::scope(|s| {
+        let first = s.spawn(|| run().unwrap().budget_wait_ns());
+        // The first run holds the whole budget for its kernel's 30 ms: the next three queue.
+        started.recv().unwrap();
+        let rest: Vec<_> = (0..3)
+            .map(|i| {
+                std::thread::Builder::new()
+                    .name(format!("client-{i}"))
+                    .spawn_scoped(s, || run().unwrap().budget_wait_ns())
+                    .unwrap()
+            })
+            .collect();
+        let mut waits = vec![first.join().unwrap()];
+        waits.extend(rest.into_iter().map(|t| t.join().unwrap()));
+        waits
+    });
+    assert_eq!(waits[0], 0, "the first run entered at once");
+    assert!(waits[1..].iter().all(|&w| w > 0), "the others waited: {waits:?}");
+    let ran_on = ran_on.lock().unwrap();
+    assert_eq!(ran_on.len(), 4);
+    // The first ran on its caller (an executor of one thread has no worker); the queued ones on
+    // the executor's thread, never on a client.
+    assert!(
+        ran_on[1..].iter().all(|t| t.starts_with("graphsched-")),
+        "queued runs ran on {ran_on:?}"
+    );
+    assert_eq!(executor.memory_budget().reserved, 0);
+}
+
+/// A run queued when the budget is lowered below its need is refused when its turn comes, with
+/// a sentence naming the graph and the budget; the run inside finishes, nothing is left
+/// reserved.
+#[test]
+fn a_queued_run_whose_budget_is_lowered_below_it_is_refused_when_its_turn_comes() {
+    let ran_on = Arc::new(Mutex::new(Vec::new()));
+    let (inside, started) = std::sync::mpsc::sync_channel(16);
+    let g = held("low", Duration::from_millis(60), ran_on.clone(), inside);
+    let need = g.lowest_live_order().peak;
+    let executor = Executor::new(2).unwrap();
+    executor.set_memory_budget(need).unwrap();
+    let pool = Arc::new(Pool::default());
+    let run = || {
+        let options = RunOptions {
+            executor: Some(&executor),
+            ..Default::default()
+        };
+        graphsched::run(&g, &pool, &options).map(|_| ())
+    };
+    let (first, second) = std::thread::scope(|s| {
+        let first = s.spawn(run);
+        started.recv().unwrap();
+        let second = s.spawn(run);
+        // The second queues behind the first's 60 ms; then the budget drops below both.
+        std::thread::sleep(Duration::from_millis(20));
+        executor.set_memory_budget(need - 1).unwrap();
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    assert!(first.is_ok(), "the run inside keeps its reservation");
+    let e = second.expect_err("refused");
+    assert_eq!(e.kind(), ErrorKind::MemoryLimit, "{e}");
+    assert!(
+        e.message().contains(&g.describe()) && e.message().contains(&format!("lowered to {}", need - 1)),
+        "{e}"
+    );
+    assert_eq!(ran_on.lock().unwrap().len(), 1, "the refused run ran no kernel");
+    assert_eq!(executor.memory_budget().reserved, 0);
 }
 
 /// Nodes that, once `go` is set, note the order they start in.

@@ -91,6 +91,12 @@ pub unsafe extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u3
 /// kernel that does not fit at once (it cannot wait for memory its caller holds). Runs inside
 /// keep their reservations when the budget changes.
 ///
+/// A run that has to wait is set up first and queued; the run that makes room for it starts it
+/// on the executor's threads, and its caller only waits. So that the queued runs still have as
+/// many threads as the executor was made with, the first budget set starts one more thread, in
+/// the callers' place (`GS_ERR_OUT_OF_MEMORY` if it cannot be started; the budget is then not
+/// set).
+///
 /// Thread-safe: any thread, concurrently with any call but a free of the same handle.
 ///
 /// # Safety
@@ -101,7 +107,7 @@ pub unsafe extern "C" fn gs_executor_set_memory_budget(executor: *const gs_execu
         // SAFETY: the handle is not freed concurrently (C contract).
         unsafe { handle_ref(executor, "executor") }?
             .executor
-            .set_memory_budget(bytes);
+            .set_memory_budget(bytes)?;
         Ok(())
     })
 }

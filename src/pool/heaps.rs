@@ -253,14 +253,16 @@ impl Heaps {
 
     /// Gives every heap's free blocks back to the central pool: the calling thread's own as its
     /// owner (no barrier: a run whose kernels took scratch on its caller pays none at its next
-    /// start), the others with a visit if one of them has some.
-    pub(super) fn drain(&self, pool: &Pool) {
+    /// start), and if `others`, the others with a visit if one of them has some.
+    pub(super) fn drain(&self, pool: &Pool, others: bool) {
         let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0 || h.shared.pending();
         let own = self.own(false);
         if let Some(heap) = own.filter(|h| has_free(h)) {
             heap.drain_own(pool);
         }
-        self.visit(own, has_free, |st| st.drain(pool));
+        if others {
+            self.visit(own, has_free, |st| st.drain(pool));
+        }
     }
 
     /// Bytes the heaps have out, as their last calls left them.

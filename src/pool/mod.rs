@@ -419,7 +419,14 @@ impl Pool {
     /// graph find the pool as the first run left it and make the same choices (and so need no
     /// new memory).
     pub fn settle(&self) {
-        self.heaps.drain(self);
+        self.settle_from(true);
+    }
+
+    /// [`settle`](Self::settle), the other threads' heaps left as they are unless `others`: a
+    /// run among concurrent ones would take their free blocks from under their runs, with a
+    /// process-wide barrier each time, for a repeatability runs that interleave do not have.
+    pub(crate) fn settle_from(&self, others: bool) {
+        self.heaps.drain(self, others);
         // Nothing waits to be coalesced: no lock (runs start with a settle).
         if self.published.unsettled.load(Ordering::Relaxed) {
             self.lock().settle();
@@ -428,7 +435,7 @@ impl Pool {
 
     /// Gives every free byte back to the system and unmaps regions that hold no block.
     pub fn trim(&self) {
-        self.heaps.drain(self);
+        self.heaps.drain(self, true);
         let mut st = self.lock();
         st.shrink_to(0);
         st.small.unmap_empty_regions();

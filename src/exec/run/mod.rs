@@ -12,14 +12,16 @@ pub(in crate::exec) mod stopwatch;
 pub use options::{CancelToken, InputBinding, RunOptions, INPUT_BINDING_TENSOR_OFFSET};
 pub use result::RunResult;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{err, ErrorKind, Result};
+use crate::exec::run::budget::{Budget, Entered, Entry, Start};
 use crate::exec::run::outcome::{Outcome, RunStats};
 use crate::exec::run::stopwatch::Stopwatch;
 use crate::exec::state::annex::Lent;
-use crate::exec::state::{RunState, StateOptions};
+use crate::exec::state::{Queued, RunState, StateOptions};
 use crate::exec::workers::Executor;
 use crate::graph::Graph;
 use crate::plan::{Mode, Plan};
@@ -39,19 +41,26 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         return run(&graph.specialize(&sizes)?, pool, options);
     }
     // Under the executor's memory budget the run reserves its own bound, and keeps within it
-    // (`exec::run::budget`); the entry is released when the run returns, whichever way.
+    // (`exec::run::budget`); the entry is released when the run returns, whichever way. A run
+    // without a plan is set up first and enters then: if it must wait, the run that makes room
+    // starts it on the executor's threads (`Budget::enter_prepared`). One with a plan takes its
+    // arena as it is set up, so it enters first, waiting parked.
+    let budget = options.executor.map(|e| &e.shared().budget).filter(|b| b.is_set());
+    let prepared = budget.is_some() && options.plan.is_none();
     let entry = match options.executor {
-        Some(e) => e
-            .shared()
-            .budget
-            .enter(|| reservation(graph, options), || graph.describe())?,
-        None => None,
+        Some(e) if !prepared => {
+            e.shared()
+                .budget
+                .enter(|| reservation(graph, options), || graph.describe(), &**e.shared())?
+        }
+        _ => None,
     };
+    let need = prepared.then(|| reservation(graph, options));
     let asked = *options;
     let mut options = *options;
-    if let Some(entry) = &entry {
+    if let Some(bytes) = entry.as_ref().map(|e| e.bytes()).or(need) {
         if options.plan.is_none() {
-            options.memory_limit_bytes = entry.bytes();
+            options.memory_limit_bytes = bytes;
         }
     }
     let options = &options;
@@ -78,9 +87,12 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     }
     let mut arrays = Lent::take(graph);
     let (graph_prio, samples) = arrays.priorities(graph);
-    // A limit the budget set does not keep a run on the threads: on its caller alone it follows
-    // the order admission's guarantee is about, within the same bound.
-    let executor = options.executor.filter(|e| spreads(graph, &graph_prio, e, &asked));
+    // A run that may queue in the budget goes on the threads, where whoever makes room starts it
+    // (a plan's run, which waits parked, does not: a limit the budget set keeps it on its caller
+    // alone if it would be there anyway, in the order admission's guarantee is about).
+    let executor = options
+        .executor
+        .filter(|e| prepared || spreads(graph, &graph_prio, e, &asked));
     let plan = match options.plan {
         None if options.auto_plan && options.memory_limit_bytes == 0 => {
             crate::exec::run::auto_plan::auto_plan(graph, executor.map(Executor::threads))
@@ -88,8 +100,11 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         caller => caller,
     };
     let os_allocs_before = pool.os_allocs();
-    // Start from a settled pool, so that repeated runs make the same placement choices.
-    pool.settle();
+    // Start from a settled pool, so that repeated runs make the same placement choices. Not
+    // from the other threads' heaps while runs queue in the budget: those run at once, and a
+    // settle would take their threads' blocks from under them with a process-wide barrier each
+    // time (cls served at 8 clients: 3% of the CPU in the kernel's barrier alone).
+    pool.settle_from(!budget.is_some_and(|b| b.crowded()));
     let threads = executor.map_or(1, Executor::threads);
     arrays.fit_caches(crate::exec::memory::cache::cache_count(
         pool,
@@ -124,7 +139,10 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     arrays.reset(templates.1, &prio.0);
     // A block, so that the state drops where it lies (`drop(state)` moved it whole first), and
     // before the arrays it borrows: after a failure they go back to the graph empty.
-    let ((nodes_run, peak_live_bytes, acquires), busy_ns, events, arena, prio) = {
+    // A prepared run's place in the budget: declared before the state, so that it goes after
+    // the state's leftovers (on a failure) have gone back to the pool.
+    let mut _entered = None;
+    let ((nodes_run, peak_live_bytes, acquires), busy_ns, events, arena, prio, (waited_ns, queued_ns)) = {
         let mut state = RunState::new(
             graph,
             pool,
@@ -154,11 +172,20 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         );
         state.bind(options.inputs)?;
         state.take_arena_from_pool()?;
-        match executor {
-            Some(executor) => {
-                executor.drive(&state, &state.prio.roots);
+        let mut waited_ns = entry.as_ref().map_or(0, |e| e.waited_ns);
+        let mut queued_ns = 0;
+        match (executor, budget.zip(need)) {
+            (Some(executor), Some((budget, need))) if !state.prio.roots.is_empty() => {
+                let (entered, queued) = enter_and_drive(executor, budget, need, &mut state)?;
+                _entered = entered;
+                if let Some(waited) = queued {
+                    (waited_ns, queued_ns) = (waited, waited);
+                }
             }
-            None => crate::exec::sequential::in_order(&state, plan.map_or(state.sequential_order(), |p| p.order())),
+            (Some(executor), _) => executor.drive(&state, &state.prio.roots),
+            (None, _) => {
+                crate::exec::sequential::in_order(&state, plan.map_or(state.sequential_order(), |p| p.order()))
+            }
         }
         state.flush_caches();
         // Dropping `state` on failure returns every buffer it holds.
@@ -179,13 +206,14 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         }
         state.end_bindings()?;
         let (stats, busy_ns, events, arena) = (state.stats(), state.busy_ns(), state.take_events(), state.take_arena());
-        (stats, busy_ns, events, arena, state.end_run())
+        (stats, busy_ns, events, arena, state.end_run(), (waited_ns, queued_ns))
     };
     let mut arrays = arrays.keep();
     arrays.prio = prio;
     arrays.outcome = Outcome {
         stats: RunStats {
-            wall_ns: stopwatch.elapsed_ns(),
+            // A queued run's wait is not its time.
+            wall_ns: stopwatch.elapsed_ns().saturating_sub(queued_ns),
             nodes_run,
             peak_live_bytes,
             acquires,
@@ -196,9 +224,58 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         events,
         traced: options.trace,
         arena,
-        budget_wait_ns: entry.as_ref().map_or(0, |e| e.waited_ns),
+        budget_wait_ns: waited_ns,
     };
     Ok(RunResult::new(graph.clone(), pool.clone(), arrays))
+}
+
+/// Enters a run set up under its executor's budget and drives it: on its caller if it enters at
+/// once, else queued, to be started on the executor's threads by whoever makes room while the
+/// caller waits (`Budget::enter_prepared`). Returns the entry, to hold until the run's leftovers
+/// are back in the pool, and if the run was queued, how long it waited.
+fn enter_and_drive<'b>(
+    executor: &'b Executor,
+    budget: &'b Budget,
+    need: u64,
+    state: &mut RunState<'_>,
+) -> Result<(Option<Entry<'b>>, Option<u64>)> {
+    // Set up to be started by another thread: counted, and told whom to wake.
+    state.active.store(state.prio.roots.len(), Ordering::Relaxed);
+    state.queued = Some(Queued {
+        caller: std::thread::current(),
+        reserved: need.into(),
+        waited_ns: 0.into(),
+    });
+    // Shared from here with whoever starts it, through this reference only.
+    let shared: &RunState<'_> = state;
+    let start = Start {
+        run: (shared as *const RunState<'_>).cast(),
+        queued: Instant::now(),
+        refused_under: None,
+    };
+    match budget.enter_prepared(need, || shared.graph.describe(), start, &**executor.shared())? {
+        Entered::Queued(mut entry) => {
+            executor.wait_queued(shared);
+            let q = shared.queued.as_ref().expect("a queued run");
+            // What its last task did not give back (a failed run's) goes back when the entry
+            // drops, after the state's leftovers.
+            entry.give_back_on_drop(q.reserved.load(Ordering::Relaxed));
+            Ok((Some(entry), Some(q.waited_ns.load(Ordering::Relaxed))))
+        }
+        entered => {
+            // Its turn and its room had come (or the budget went): nobody else has it, and its
+            // caller drives it.
+            state.queued = None;
+            executor.drive(state, &state.prio.roots);
+            Ok((
+                match entered {
+                    Entered::Now(entry) => Some(entry),
+                    _ => None,
+                },
+                None,
+            ))
+        }
+    }
 }
 
 /// What a run reserves of its executor's memory budget: its plan's arena, or its own memory

@@ -30,7 +30,7 @@ pub(in crate::exec) use control::{lock, panic_text, Stop};
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -172,6 +172,19 @@ pub(in crate::exec) struct RunState<'r> {
     pub(in crate::exec) started: Option<Instant>,
     /// The run ended well and `end_run` handed its priorities back: the drop has nothing to do.
     pub(in crate::exec) ended: bool,
+    /// Set if the run waits in its executor's memory budget, set up, for whoever makes room to
+    /// start it (`exec::run::budget`).
+    pub(in crate::exec) queued: Option<Queued>,
+}
+
+/// A run queued in the memory budget: its caller only waits, and its last task ends it.
+pub(in crate::exec) struct Queued {
+    /// Parked until the run is over; the task that ends the run unparks it.
+    pub caller: std::thread::Thread,
+    /// The reservation the run's last task gives back (0 if the run was refused at its start).
+    pub reserved: AtomicU64,
+    /// How long the run waited, set when it starts.
+    pub waited_ns: AtomicU64,
 }
 
 // SAFETY: the slots are shared under the protocol in the module docs; everything else is atomic
@@ -250,6 +263,7 @@ impl<'r> RunState<'r> {
             observer,
             started,
             ended: false,
+            queued: None,
         }
     }
 

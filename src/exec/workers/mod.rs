@@ -15,6 +15,7 @@
 //! ([`Idle`]); an idle executor uses no CPU.
 
 pub(in crate::exec) mod overflow;
+mod queued;
 pub(in crate::exec) mod queues;
 mod sleep;
 mod task;
@@ -62,6 +63,8 @@ struct Idle {
 pub struct Executor {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// The thread that stands in for the callers once a budget is set ([`queued`]).
+    stand_in: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 pub(in crate::exec) struct Shared {
@@ -111,7 +114,11 @@ impl Executor {
             match spawned {
                 Ok(handle) => workers.push(handle),
                 Err(e) => {
-                    let executor = Executor { shared, workers };
+                    let executor = Executor {
+                        shared,
+                        workers,
+                        stand_in: Default::default(),
+                    };
                     drop(executor); // stops the workers already started
                     return err(
                         ErrorKind::OutOfMemory,
@@ -120,7 +127,11 @@ impl Executor {
                 }
             }
         }
-        Ok(Executor { shared, workers })
+        Ok(Executor {
+            shared,
+            workers,
+            stand_in: Default::default(),
+        })
     }
 
     /// Threads in all, the caller's included.
@@ -133,8 +144,12 @@ impl Executor {
     /// [`RunOptions::priority`](crate::exec::RunOptions::priority) for the order on the threads, and
     /// the exec module's `exec::run::budget` for the rule: each run reserves its own bound on entry, first
     /// come first served). Runs inside keep their reservations; later ones see the new budget.
-    pub fn set_memory_budget(&self, bytes: u64) {
-        self.shared.budget.set(bytes);
+    pub fn set_memory_budget(&self, bytes: u64) -> Result<()> {
+        if bytes > 0 {
+            self.start_stand_in()?;
+        }
+        self.shared.budget.set(bytes, &*self.shared);
+        Ok(())
     }
 
     /// The budget, what the runs inside reserve now, and the most they reserved at once.
@@ -206,7 +221,8 @@ impl Drop for Executor {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.sleep.wake_all();
-        for w in self.workers.drain(..) {
+        let stand_in = self.stand_in.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        for w in self.workers.drain(..).chain(stand_in) {
             let _ = w.join();
         }
     }

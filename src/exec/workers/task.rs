@@ -14,6 +14,7 @@ use crate::exec::node::parallel::Job;
 use crate::exec::node::pending::PendingNode;
 use crate::exec::node::scratch::Scratch;
 use crate::exec::state::{panic_text, RunState};
+use crate::exec::workers::queued::FromThread;
 use crate::exec::workers::queues::Local;
 use crate::exec::workers::Shared;
 
@@ -113,6 +114,9 @@ impl Shared {
         // release will come after it. Only an active task adds to the count, so while it reads 1
         // this task is alone and the check cannot go stale before the decrement below.
         let mut active = state.active.load(Ordering::Acquire);
+        // A run queued in the budget: its caller, and the reservation this task gives back if it
+        // ends the run (`exec::workers::queued`).
+        let mut queued = None;
         loop {
             if active == 1 && state.has_gate() {
                 scratch.ready.clear();
@@ -134,14 +138,35 @@ impl Shared {
                 }
             }
             debug_assert!(active > 0, "a task leaves a run it is counted in");
+            if let (1, Some(q), None) = (active, &state.queued, &queued) {
+                // This task ends the run (alone at 1, and the stall check admitted nothing): take
+                // what ending it needs while the run lives. A failed run's leftovers go back to
+                // the pool when its caller drops it, and its reservation with them.
+                let reserved = if state.failed() {
+                    0
+                } else {
+                    q.reserved.swap(0, Ordering::Relaxed)
+                };
+                queued = Some((q.caller.clone(), reserved));
+            }
             match state
                 .active
                 .compare_exchange_weak(active, active - 1, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(1) => {
-                    // The run is over; from here on nothing of it may be touched. Its caller may
-                    // be asleep waiting for this, and nothing else would wake it: unless this
-                    // thread is that caller, every sleeper wakes (the caller among them).
+                    // The run is over; from here on nothing of it may be touched.
+                    if let Some((caller, reserved)) = queued.take() {
+                        // Its reservation goes back first, so that the runs it makes room for
+                        // start on this thread, and its caller's next run finds the room.
+                        if reserved > 0 {
+                            self.budget.leave(reserved, &FromThread { shared: self, local });
+                        }
+                        caller.unpark();
+                        return;
+                    }
+                    // Its caller may be asleep waiting for this, and nothing else would wake it:
+                    // unless this thread is that caller, every sleeper wakes (the caller among
+                    // them).
                     if own != Some(run) {
                         self.sleep.notify(usize::MAX);
                     }

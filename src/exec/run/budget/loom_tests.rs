@@ -1,0 +1,152 @@
+//! Loom models of the budget's queue (`scripts/test.sh` runs them): no waiter left parked, runs
+//! that fit together enter together, and a queued run started exactly once by whoever makes room.
+
+use super::{Budget, Entered, Start, StartRuns};
+use loom::sync::{Arc, Mutex};
+
+/// For runs that only enter (none is prepared): nothing to start.
+struct NoStarts;
+
+impl StartRuns for NoStarts {
+    fn start_runs(&self, runs: Vec<Start>) {
+        assert!(runs.is_empty(), "no run was prepared");
+    }
+}
+
+/// Counts the prepared runs started, as the executor would queue their first nodes.
+#[derive(Default)]
+struct Starts(Mutex<usize>);
+
+impl StartRuns for Starts {
+    fn start_runs(&self, runs: Vec<Start>) {
+        *self.0.lock().unwrap() += runs.len();
+    }
+}
+
+/// Runs entering a budget that holds fewer of them at once than there are: every one enters
+/// and leaves, never more reserved than the budget. A waiter nobody unparks leaves its thread
+/// blocked for ever, which loom reports as a deadlock.
+fn all_enter(budget: u64, needs: &'static [u64]) {
+    loom::model(move || {
+        let b = Arc::new(Budget::default());
+        b.set(budget, &NoStarts);
+        let threads: Vec<_> = needs
+            .iter()
+            .map(|&need| {
+                let b = b.clone();
+                loom::thread::spawn(move || {
+                    let entry = b
+                        .enter(|| need, || "a run".into(), &NoStarts)
+                        .unwrap()
+                        .expect("a budget is set");
+                    let s = b.stats();
+                    assert!(s.reserved <= s.bytes, "{} reserved of {}", s.reserved, s.bytes);
+                    drop(entry);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(b.stats().reserved, 0);
+    });
+}
+
+#[test]
+fn loom_two_runs_one_at_a_time() {
+    all_enter(1, &[1, 1]);
+}
+
+/// Two runs that fit together are let in together: while a run holding the whole budget is
+/// inside, two more queue; when it leaves, the first of them enters and must wake the second
+/// (the leaving run woke only the head). Each waits inside for the other, so a second left
+/// parked blocks both: a deadlock for loom.
+#[test]
+fn loom_runs_that_fit_together_enter_together() {
+    use loom::sync::{Condvar, Mutex};
+    loom::model(|| {
+        let b = Arc::new(Budget::default());
+        b.set(2, &NoStarts);
+        let whole = b
+            .enter(|| 2, || "the first run".into(), &NoStarts)
+            .unwrap()
+            .expect("a budget is set");
+        let inside = Arc::new((Mutex::new(0u32), Condvar::new()));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (b, inside) = (b.clone(), inside.clone());
+                loom::thread::spawn(move || {
+                    let entry = b
+                        .enter(|| 1, || "a run".into(), &NoStarts)
+                        .unwrap()
+                        .expect("a budget is set");
+                    let (count, both) = &*inside;
+                    let mut n = count.lock().unwrap();
+                    *n += 1;
+                    both.notify_all();
+                    while *n < 2 {
+                        n = both.wait(n).unwrap();
+                    }
+                    drop(n);
+                    drop(entry);
+                })
+            })
+            .collect();
+        drop(whole);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(b.stats().reserved, 0);
+    });
+}
+
+/// A prepared run that finds the budget full is queued, and the run that leaves starts it: once,
+/// whichever comes first (then it enters at once). Its last task gives the reservation back.
+/// Fails if a leave does not start the queued runs it makes room for (nothing counts a start).
+#[test]
+fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
+    loom::model(|| {
+        let b = Arc::new(Budget::default());
+        let starts = Arc::new(Starts::default());
+        b.set(1, &*starts);
+        let first = b
+            .enter(|| 1, || "the first run".into(), &*starts)
+            .unwrap()
+            .expect("a budget is set");
+        let queued = {
+            let (b, starts) = (b.clone(), starts.clone());
+            loom::thread::spawn(move || {
+                let start = Start {
+                    run: std::ptr::null(),
+                    queued: std::time::Instant::now(),
+                    refused_under: None,
+                };
+                match b.enter_prepared(1, || "a run".into(), start, &*starts).unwrap() {
+                    Entered::Now(entry) => {
+                        drop(entry);
+                        false
+                    }
+                    // Its last task gives the reservation back (below), not the entry.
+                    Entered::Queued(entry) => {
+                        drop(entry);
+                        true
+                    }
+                    Entered::Free => unreachable!("a budget is set"),
+                }
+            })
+        };
+        drop(first);
+        let was_queued = queued.join().unwrap();
+        let started = *starts.0.lock().unwrap();
+        assert_eq!(
+            started,
+            usize::from(was_queued),
+            "started once if queued, else entered at once"
+        );
+        if was_queued {
+            assert_eq!(b.stats().reserved, 1, "the started run holds its reservation");
+            b.leave(1, &*starts);
+        }
+        assert_eq!(b.stats().reserved, 0);
+    });
+}
