@@ -13,7 +13,7 @@
 # --check only compares the outputs, bit for bit, in every memory mode (exit 1 if they differ).
 # --call-cost only times each node's session alone (--runs calls each) against the whole model.
 # --serve: N closed-loop clients for T seconds against graphsched (its clusters, one executor and
-# pool, a memory budget: --budget, or one request's bound times the threads) and ONNX Runtime (one
+# pool, a memory budget: --budget, or one request's need times the threads) and ONNX Runtime (one
 # session shared by every client): `serve` rows.
 # --priority-model (with --serve): one more closed-loop client sends MODEL2 requests (det, cls or a
 # file, prepared and partitioned like MODEL) at high priority on graphsched's same executor and

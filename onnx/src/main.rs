@@ -59,7 +59,7 @@ struct Args {
     partition: bool,
     /// Serve instead: --clients closed-loop clients send requests back to back for --seconds,
     /// to graphsched (its clusters, one executor and pool, a memory budget of one request's
-    /// bound times the threads) and to ONNX Runtime (one session shared by all clients, one
+    /// need times the threads) and to ONNX Runtime (one session shared by all clients, one
     /// intra-op thread, and --threads intra-op threads); latencies, throughput, memory.
     #[arg(long)]
     serve: bool,
@@ -75,8 +75,9 @@ struct Args {
     /// apart, and the servers run without it too.
     #[arg(long, value_name = "DIR")]
     priority_model: Option<PathBuf>,
-    /// With --serve: graphsched's memory budget in bytes (0: none). Default: one request's
-    /// bound times the threads, and the priority model's bound besides.
+    /// With --serve: graphsched's memory budget in bytes (0: none). Default: one request's need
+    /// (what it holds in the pool at its peak, its clusters' internal values included, measured
+    /// alone; each request reserves it) times the threads, and the priority model's need besides.
     #[arg(long)]
     budget: Option<u64>,
     /// Internal, with --serve-child and --priority-model: ONNX Runtime's second session's

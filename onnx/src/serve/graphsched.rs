@@ -27,6 +27,9 @@ struct GsModel<'r> {
     name: String,
     /// One request's bound: the max-live bound of a memory-aware order (a plan tells it).
     bound: u64,
+    /// What one request holds in the pool at its peak, its clusters' internal values included
+    /// (`measure_need`): what it reserves of the budget.
+    need: u64,
 }
 
 impl<'r> GsModel<'r> {
@@ -72,12 +75,38 @@ impl<'r> GsModel<'r> {
                 if intra { "intra-op pool" } else { "executor" }
             ),
             bound,
+            need: bound,
         })
     }
 
-    /// How clients send this model's requests: on `executor`, from `pool`, at `priority`.
+    /// Measures what one request holds in `pool` at its peak, alone, on its caller and on
+    /// `executor` (the higher of the two): its values and its clusters' internal values, which
+    /// ONNX Runtime's sessions take from the pool inside each call, where the graph's bound sees
+    /// only the values between clusters (cls: 8 bytes of its one cluster's output).
+    fn measure_need(&mut self, pool: *mut gs_pool, executor: *mut gs_executor) -> Result<(), String> {
+        let mut need = self.bound;
+        for on in [std::ptr::null_mut(), executor] {
+            let stats = || {
+                let mut s = graphsched::PoolStats::default();
+                // SAFETY: a live pool, a writable out pointer.
+                let read = unsafe { gs_pool_get_stats(pool, &mut s) };
+                gs_check(read, "gs_pool_get_stats").map(|_| s)
+            };
+            // SAFETY: a live pool.
+            gs_check(unsafe { gs_pool_reset_peaks(pool) }, "gs_pool_reset_peaks")?;
+            let before = stats()?.live_bytes;
+            self.requests(pool, on, GS_PRIORITY_NORMAL).request(false)?;
+            need = need.max(stats()?.peak_live_bytes.saturating_sub(before));
+        }
+        self.need = need;
+        Ok(())
+    }
+
+    /// How clients send this model's requests: on `executor`, from `pool`, at `priority`, each
+    /// reserving [`need`](Self::need) of the budget.
     fn requests(&mut self, pool: *mut gs_pool, executor: *mut gs_executor, priority: u32) -> GsRequests {
         GsRequests {
+            limit: self.need,
             graph: self.graph.handle() as usize,
             pool: pool as usize,
             executor: executor as usize,
@@ -105,6 +134,8 @@ struct GsRequests {
     inputs: Vec<(ValueRef, usize, usize)>,
     outputs: Vec<ValueRef>,
     priority: u32,
+    /// The memory limit of each request, which is also what it reserves of the budget.
+    limit: u64,
     /// Nanoseconds the requests waited to enter the budget, all together.
     waited_ns: AtomicU64,
 }
@@ -124,6 +155,7 @@ impl GsRequests {
             num_inputs: bindings.len(),
             executor: self.executor as *mut gs_executor,
             priority: self.priority,
+            memory_limit_bytes: self.limit,
             ..Default::default()
         };
         let mut result = std::ptr::null_mut();
@@ -202,13 +234,19 @@ pub(super) fn serve_graphsched(
     // SAFETY: readable config, writable out pointer.
     gs_check(unsafe { gs_executor_new(&ec, &mut executor) }, "gs_executor_new")?;
     let executor = Executor(executor);
-    // The budget: one request's bound times the threads, and room for the priority client's
+    // What one request holds at its peak, measured before any budget (each request then
+    // reserves that much).
+    main.measure_need(pool.handle(), executor.0)?;
+    if let Some(h) = &mut high {
+        h.measure_need(pool.handle(), executor.0)?;
+    }
+    // The budget: one request's need times the threads, and room for the priority client's
     // request besides. Runs enter first come, first served whatever their priority: in a budget
     // the normal runs can fill, an urgent request waits for a normal one to finish (on det, a
     // whole request: p99 230 ms for cls in a first measurement).
     let budget = load
         .budget
-        .unwrap_or(main.bound.max(1) * threads as u64 + high.as_ref().map_or(0, |h| h.bound));
+        .unwrap_or(main.need.max(1) * threads as u64 + high.as_ref().map_or(0, |h| h.need));
     // SAFETY: a live executor.
     let status = unsafe { gs_executor_set_memory_budget(executor.0, budget) };
     gs_check(status, "gs_executor_set_memory_budget")?;
