@@ -425,6 +425,7 @@ impl Pool {
     /// [`settle`](Self::settle), the other threads' heaps left as they are unless `others`: a
     /// run among concurrent ones would take their free blocks from under their runs, with a
     /// process-wide barrier each time, for a repeatability runs that interleave do not have.
+    #[inline]
     pub(crate) fn settle_from(&self, others: bool) {
         self.heaps.drain(self, others);
         // Nothing waits to be coalesced: no lock (runs start with a settle).

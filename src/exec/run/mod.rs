@@ -47,7 +47,9 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     // arena as it is set up, so it enters first, waiting parked.
     let budget = options.executor.map(|e| &e.shared().budget).filter(|b| b.is_set());
     let prepared = budget.is_some() && options.plan.is_none();
-    let entry = match options.executor {
+    // Declared before the state, so that it drops after the state's leftovers (on a failure)
+    // have gone back to the pool; a prepared run's entry is put here once it has entered.
+    let mut entry = match options.executor {
         Some(e) if !prepared => {
             e.shared()
                 .budget
@@ -139,9 +141,6 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     arrays.reset(templates.1, &prio.0);
     // A block, so that the state drops where it lies (`drop(state)` moved it whole first), and
     // before the arrays it borrows: after a failure they go back to the graph empty.
-    // A prepared run's place in the budget: declared before the state, so that it goes after
-    // the state's leftovers (on a failure) have gone back to the pool.
-    let mut _entered = None;
     let ((nodes_run, peak_live_bytes, acquires), busy_ns, events, arena, prio, (waited_ns, queued_ns)) = {
         let mut state = RunState::new(
             graph,
@@ -177,7 +176,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         match (executor, budget.zip(need)) {
             (Some(executor), Some((budget, need))) if !state.prio.roots.is_empty() => {
                 let (entered, queued) = enter_and_drive(executor, budget, need, &mut state)?;
-                _entered = entered;
+                entry = entered;
                 if let Some(waited) = queued {
                     (waited_ns, queued_ns) = (waited, waited);
                 }
@@ -226,13 +225,17 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         arena,
         budget_wait_ns: waited_ns,
     };
+    // The reservation goes back once the state and its leftovers are gone.
+    drop(entry);
     Ok(RunResult::new(graph.clone(), pool.clone(), arrays))
 }
 
 /// Enters a run set up under its executor's budget and drives it: on its caller if it enters at
 /// once, else queued, to be started on the executor's threads by whoever makes room while the
 /// caller waits (`Budget::enter_prepared`). Returns the entry, to hold until the run's leftovers
-/// are back in the pool, and if the run was queued, how long it waited.
+/// are back in the pool, and if the run was queued, how long it waited. Out of line: runs
+/// without a budget do not carry it.
+#[inline(never)]
 fn enter_and_drive<'b>(
     executor: &'b Executor,
     budget: &'b Budget,

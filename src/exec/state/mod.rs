@@ -13,7 +13,9 @@
 //!   `active`) before it decrements `active` for itself, so `active` reaches 0 exactly once: when
 //!   nothing of the run is queued, running, deferred or pending any more. After that decrement,
 //!   or after handing its place to a pending node, the task touches nothing of the run, and the
-//!   caller may drop it.
+//!   caller may drop it. The task that takes a run queued in the budget to 0 gives its
+//!   reservation back and reads its caller (`queued`) just before, while the run still counts
+//!   it alone, and unparks the caller after.
 //!
 //! The run's parts live beside it: binding its inputs ([`bind`](crate::exec::run::bind)), memory admission
 //! ([`admission`](crate::exec::memory::admission)), the window ([`window`](crate::exec::workers::window)), one node's kernel call ([`call`](crate::exec::node::call)), the

@@ -75,8 +75,13 @@ pub(in crate::exec) struct Shared {
     /// keeps no successor for its own thread (it queues it, behind the urgent bands). Written
     /// twice a high-priority run, read once per continuation of a normal run: on its own line.
     pub(in crate::exec) urgent_runs: CachePadded<AtomicUsize>,
+    /// Runs queued in the budget that started and are not over: the stand-in works while there
+    /// are some ([`queued`]).
+    queued_runs: AtomicUsize,
     queues: Queues,
     sleep: Sleep,
+    /// Where the stand-in sleeps while no queued run goes ([`queued`]).
+    stand_in_sleep: Sleep,
     /// Set once when the executor drops (SeqCst store, then every sleeper is woken under the
     /// sleep lock); workers read it (Acquire) when they find no work, and exit.
     shutdown: AtomicBool,
@@ -101,9 +106,11 @@ impl Executor {
             threads,
             queues,
             sleep: Sleep::new(),
+            stand_in_sleep: Sleep::new(),
             shutdown: AtomicBool::new(false),
             budget: Default::default(),
             urgent_runs: CachePadded(AtomicUsize::new(0)),
+            queued_runs: AtomicUsize::new(0),
         });
         let mut workers = Vec::new();
         for (index, local) in locals.into_iter().enumerate() {
@@ -221,6 +228,7 @@ impl Drop for Executor {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.sleep.wake_all();
+        self.shared.stand_in_sleep.wake_all();
         let stand_in = self.stand_in.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         for w in self.workers.drain(..).chain(stand_in) {
             let _ = w.join();

@@ -54,7 +54,15 @@ impl Shared {
                     ),
                 ));
             }
+            if state.urgent() {
+                // Counted from its start, as a run its caller drives (`Executor::drive`); its
+                // caller takes it back off when the run is over (`wait_queued`).
+                self.urgent_runs.fetch_add(1, Ordering::SeqCst);
+            }
+            // The stand-in works while this run goes; its last task takes it back off.
+            self.queued_runs.fetch_add(1, Ordering::Relaxed);
             self.push(start.run, &state.prio.roots, local);
+            self.stand_in_sleep.notify(1);
         }
     }
 }
@@ -63,16 +71,13 @@ impl Executor {
     /// Waits, parked, until `state` (queued in the budget) is over: the threads run it alone,
     /// and the task that ends it unparks this thread.
     pub(in crate::exec) fn wait_queued(&self, state: &RunState<'_>) {
-        let urgent = state.urgent();
-        if urgent {
-            self.shared.urgent_runs.fetch_add(1, Ordering::SeqCst);
-        }
         // A wake-up that finds the run going (a spurious one, or one left from an earlier wait)
         // parks again; an unpark before the park makes it return at once.
         while state.active.load(Ordering::Acquire) != 0 {
             std::thread::park();
         }
-        if urgent {
+        if state.urgent() {
+            // Counted when it started (`start_queued`), which it did: it is over.
             self.shared.urgent_runs.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -88,10 +93,9 @@ impl Executor {
             return Ok(());
         }
         let shared = self.shared.clone();
-        let track = self.shared.threads as u32;
         let spawned = std::thread::Builder::new()
             .name("graphsched-callers".into())
-            .spawn(move || shared.stand_in_main(track));
+            .spawn(move || shared.stand_in_main());
         *stand_in = Some(spawned.or_else(|e| {
             err(
                 ErrorKind::OutOfMemory,
@@ -103,17 +107,19 @@ impl Executor {
 }
 
 impl Shared {
-    /// The stand-in's loop: a worker's, with no deque set of its own (it takes from the shared
-    /// queues and the workers' deques, and queues what it makes ready in the shared ones) and
-    /// no cache slot in any run (as a caller helping a run not its own).
-    fn stand_in_main(&self, track: u32) {
+    /// The stand-in's loop: a worker's while queued runs go, with no deque set of its own (it
+    /// takes from the shared queues and the workers' deques, and queues what it makes ready in
+    /// the shared ones), no cache slot in any run (as a caller helping a run not its own), and
+    /// the callers' track in traces and observations (0). With no queued run going, the callers
+    /// drive their runs, and one more thread would only take their cores: it sleeps apart from
+    /// the workers then (`stand_in_sleep`), where a notification meant for them cannot wake it
+    /// instead of them. Woken from the workers' sleep it always looks for work first, so a
+    /// notification that did reach it is never dropped.
+    fn stand_in_main(&self) {
         crate::exec::run::budget::mark_worker();
-        crate::exec::node::scratch::TRACK.with(|t| t.set(track));
-        let mut scratch = Scratch {
-            thread: track,
-            ..Scratch::default()
-        };
+        let mut scratch = Scratch::default();
         let mut idle = Idle::default();
+        let stopping = || self.shutdown.load(Ordering::Acquire);
         loop {
             if let Some(task) = self.find_work(None) {
                 scratch.slot = None;
@@ -121,10 +127,16 @@ impl Shared {
                 idle = Idle::default();
                 continue;
             }
-            if self.shutdown.load(Ordering::Acquire) {
+            if stopping() {
                 return;
             }
-            self.wait_for_work(&mut idle, || !self.shutdown.load(Ordering::Acquire) && !self.has_work());
+            if self.queued_runs.load(Ordering::Relaxed) == 0 {
+                self.stand_in_sleep
+                    .sleep(|| !stopping() && self.queued_runs.load(Ordering::Relaxed) == 0);
+                idle = Idle::default();
+                continue;
+            }
+            self.wait_for_work(&mut idle, || !stopping() && !self.has_work());
         }
     }
 }

@@ -139,15 +139,19 @@ impl Shared {
             }
             debug_assert!(active > 0, "a task leaves a run it is counted in");
             if let (1, Some(q), None) = (active, &state.queued, &queued) {
-                // This task ends the run (alone at 1, and the stall check admitted nothing): take
-                // what ending it needs while the run lives. A failed run's leftovers go back to
-                // the pool when its caller drops it, and its reservation with them.
-                let reserved = if state.failed() {
-                    0
-                } else {
-                    q.reserved.swap(0, Ordering::Relaxed)
-                };
-                queued = Some((q.caller.clone(), reserved));
+                // This task ends a queued run (alone at 1, and the stall check admitted
+                // nothing): nothing else adds to the count now, so the run is over once this
+                // task leaves it. Its reservation goes back first, while the run is still
+                // counted, so that its caller, which may see the count at 0 before it is
+                // unparked, returns with it given back, and its next run finds the room; the
+                // runs it makes room for start on this thread. A failed run's leftovers go back
+                // to the pool when its caller drops it, and its reservation with them.
+                if !state.failed() {
+                    let reserved = q.reserved.swap(0, Ordering::Relaxed);
+                    self.budget.leave(reserved, &FromThread { shared: self, local });
+                }
+                self.queued_runs.fetch_sub(1, Ordering::Relaxed);
+                queued = Some(q.caller.clone());
             }
             match state
                 .active
@@ -155,12 +159,7 @@ impl Shared {
             {
                 Ok(1) => {
                     // The run is over; from here on nothing of it may be touched.
-                    if let Some((caller, reserved)) = queued.take() {
-                        // Its reservation goes back first, so that the runs it makes room for
-                        // start on this thread, and its caller's next run finds the room.
-                        if reserved > 0 {
-                            self.budget.leave(reserved, &FromThread { shared: self, local });
-                        }
+                    if let Some(caller) = queued.take() {
                         caller.unpark();
                         return;
                     }

@@ -16,20 +16,21 @@
 //! above). Priorities (`RunOptions::priority`) order nodes on the threads, not entry, so a
 //! stream of urgent runs cannot starve the others out of the budget.
 //!
-//! **Only the head of the queue is woken**, and only when it may enter: each waiting thread is
-//! parked with its ticket and need in the queue, and whoever changes what fits (a run leaving,
-//! the head entering, the budget changing) unparks the new head if its reservation fits. With
-//! one condition variable for all, every leave woke every waiter to find that only the first
-//! could go: on a server of 8 clients and a budget for 2 requests, 2-6 context switches a
-//! request.
-//!
 //! **A run that must wait is started by the run that makes room** (`enter_prepared`): its
-//! caller sets the run up first (taking no memory: runs with a plan's arena wait as above), puts
-//! it in the queue and parks; whoever lets the reservation go that makes it fit (a run's last
-//! task, on one of the executor's threads) admits it and queues its first nodes there, where the
-//! thread that just finished a run takes them at once. A server's requests then run on the
-//! executor's threads, which stay on their cores with their caches warm, instead of going from
-//! parked caller to parked caller: a woken thread lands on any core, often a busy one.
+//! caller sets the run up first (taking no memory) and puts it in the queue with its start (a
+//! pointer to the run), then parks until the run is over; whoever lets the reservation go that
+//! makes it fit admits it and queues its first nodes. That is usually a queued run's last task,
+//! on one of the executor's threads, which gives its reservation back before it leaves the
+//! run's `active` count and so starts the next runs into its own deques and takes them at once
+//! (`exec::workers::queued`). A server's requests then run on the executor's threads, which stay
+//! on their cores with their caches warm, instead of going from parked caller to parked caller
+//! (a woken thread lands on any core, often a busy one: cls served at 8 clients lost a fifth of
+//! its throughput to that).
+//!
+//! **A run with a plan waits parked** (`enter`): it takes its arena as it is set up, so it enters
+//! first. It is queued with its ticket, its need and its thread, and whoever changes what fits
+//! (a run leaving, the head entering, the budget changing) unparks it when it is the head and
+//! fits: one wake-up a waiting run. Both kinds share the queue, in ticket order.
 //!
 //! A run whose own bound is more than the whole budget is refused at once, naming the graph and
 //! the bytes. A run started from inside a kernel (a nested run, or any run on one of the
