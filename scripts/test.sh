@@ -16,7 +16,7 @@ cargo test --locked --workspace --features graphsched/fault-injection
 echo "== clippy: no warning, and every unsafe block states why it is sound"
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
-echo "== loom on the real code: the executor's sleep and a run's window, in every interleaving up to 3 preemptions"
+echo "== loom on the real code: the executor's sleep, a run's window and the memory budget's queue, in every interleaving up to 3 preemptions"
 LOOM_MAX_PREEMPTIONS=3 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --locked --release --lib --quiet loom_
 
