@@ -151,6 +151,11 @@ impl Executor {
     /// [`RunOptions::priority`](crate::exec::RunOptions::priority) for the order on the threads, and
     /// the exec module's `exec::run::budget` for the rule: each run reserves its own bound on entry, first
     /// come first served). Runs inside keep their reservations; later ones see the new budget.
+    ///
+    /// A run that has to wait is started on the executor's threads by the run that makes room
+    /// for it, while its caller waits; the first budget starts one more thread, in the callers'
+    /// place. An error (`OutOfMemory`) if that thread cannot be started: the budget is then not
+    /// set.
     pub fn set_memory_budget(&self, bytes: u64) -> Result<()> {
         if bytes > 0 {
             self.start_stand_in()?;
