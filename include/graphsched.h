@@ -514,7 +514,9 @@ typedef struct gs_run_options {
   // `GS_RUN_*` bits.
   uint32_t flags;
   // `GS_PRIORITY_NORMAL` (0) or `GS_PRIORITY_HIGH`: a high-priority run's nodes are taken
-  // before any normal run's on every thread of the executor (within a run, `policy` holds).
+  // before any normal run's on every thread of the executor (within a run, `policy` holds),
+  // and under the executor's memory budget it enters ahead of the normal runs waiting (at
+  // most 8 in a row ahead of the oldest, `gs_executor_set_memory_budget`).
   // Added in 0.4 where 0.3 had padding: zero-initialized options keep their meaning.
   uint32_t priority;
   // Place statically sized values at this plan's offsets (`gs_plan_new`), in one arena taken
@@ -832,8 +834,9 @@ uint32_t gs_executor_threads(const struct gs_executor *executor);
 // plan's arena if it has one, else the max-live bound of the order its memory admission keeps
 // safe) and keeps within it, so the live bytes of all runs together never exceed the budget,
 // and at any budget at or above the largest run's bound every run completes. Runs enter first
-// come, first served (a run waits for the runs queued before it; `gs_result_budget_wait_ns`
-// says how long); a run whose bound exceeds the whole budget fails at once with
+// come, first served, high-priority runs first (a run waits for the runs queued before it, and
+// a normal run at the head of the queue for at most 8 high-priority runs in a row besides;
+// `gs_result_budget_wait_ns` says how long); a run whose bound exceeds the whole budget fails at once with
 // `GS_ERR_MEMORY_LIMIT`, naming the graph and the bytes, and so does a run started inside a
 // kernel that does not fit at once (it cannot wait for memory its caller holds). Runs inside
 // keep their reservations when the budget changes.
@@ -848,7 +851,8 @@ uint32_t gs_executor_threads(const struct gs_executor *executor);
 //
 // # Safety
 // No other thread frees `executor` during this call.
-gs_status gs_executor_set_memory_budget(const struct gs_executor *executor, uint64_t bytes);
+gs_status gs_executor_set_memory_budget(const struct gs_executor *executor,
+                                        uint64_t bytes);
 
 // The executor's memory budget (`bytes`), what the runs inside reserve now (`reserved`) and the
 // most they reserved at once (`peak_reserved`); any pointer may be NULL.

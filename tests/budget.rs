@@ -232,6 +232,47 @@ fn a_run_that_waits_is_run_on_the_executors_threads_while_its_caller_waits() {
     assert_eq!(executor.memory_budget().reserved, 0);
 }
 
+/// An urgent run that finds runs queued for the budget goes ahead of them: a run holds the whole
+/// budget, a normal run queues behind it, then an urgent one; the urgent one runs next. Fails if
+/// entry ignores priority (first come, first served alone runs the normal one first).
+#[test]
+fn an_urgent_run_enters_the_budget_ahead_of_older_normal_runs() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (inside, started) = std::sync::mpsc::sync_channel(16);
+    let g = held("order", Duration::from_millis(40), log.clone(), inside);
+    let executor = Executor::new(2).unwrap();
+    executor.set_memory_budget(g.lowest_live_order().peak).unwrap();
+    let pool = Arc::new(Pool::default());
+    let run = |priority: RunPriority, name: &'static str| {
+        let options = RunOptions {
+            executor: Some(&executor),
+            priority,
+            ..Default::default()
+        };
+        graphsched::run(&g, &pool, &options).map(|_| name)
+    };
+    let finished = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        let first = s.spawn(|| run(RunPriority::Normal, "first"));
+        started.recv().unwrap();
+        // Each queues behind the first's 40 ms, the normal one first.
+        let normal = s.spawn(|| {
+            let r = run(RunPriority::Normal, "normal").unwrap();
+            finished.lock().unwrap().push(r);
+        });
+        std::thread::sleep(Duration::from_millis(10));
+        let urgent = s.spawn(|| {
+            let r = run(RunPriority::High, "urgent").unwrap();
+            finished.lock().unwrap().push(r);
+        });
+        first.join().unwrap().unwrap();
+        normal.join().unwrap();
+        urgent.join().unwrap();
+    });
+    assert_eq!(*finished.lock().unwrap(), ["urgent", "normal"]);
+    assert_eq!(executor.memory_budget().reserved, 0);
+}
+
 /// A run queued when the budget is lowered below its need is refused when its turn comes, with
 /// a sentence naming the graph and the budget; the run inside finishes, nothing is left
 /// reserved.

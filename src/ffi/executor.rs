@@ -85,8 +85,9 @@ pub unsafe extern "C" fn gs_executor_threads(executor: *const gs_executor) -> u3
 /// plan's arena if it has one, else the max-live bound of the order its memory admission keeps
 /// safe) and keeps within it, so the live bytes of all runs together never exceed the budget,
 /// and at any budget at or above the largest run's bound every run completes. Runs enter first
-/// come, first served (a run waits for the runs queued before it; `gs_result_budget_wait_ns`
-/// says how long); a run whose bound exceeds the whole budget fails at once with
+/// come, first served, high-priority runs first (a run waits for the runs queued before it, and
+/// a normal run at the head of the queue for at most 8 high-priority runs in a row besides;
+/// `gs_result_budget_wait_ns` says how long); a run whose bound exceeds the whole budget fails at once with
 /// `GS_ERR_MEMORY_LIMIT`, naming the graph and the bytes, and so does a run started inside a
 /// kernel that does not fit at once (it cannot wait for memory its caller holds). Runs inside
 /// keep their reservations when the budget changes.

@@ -115,7 +115,9 @@ pub struct gs_run_options {
     /// `GS_RUN_*` bits.
     pub flags: u32,
     /// `GS_PRIORITY_NORMAL` (0) or `GS_PRIORITY_HIGH`: a high-priority run's nodes are taken
-    /// before any normal run's on every thread of the executor (within a run, `policy` holds).
+    /// before any normal run's on every thread of the executor (within a run, `policy` holds),
+    /// and under the executor's memory budget it enters ahead of the normal runs waiting (at
+    /// most 8 in a row ahead of the oldest, `gs_executor_set_memory_budget`).
     /// Added in 0.4 where 0.3 had padding: zero-initialized options keep their meaning.
     pub priority: u32,
     /// Place statically sized values at this plan's offsets (`gs_plan_new`), in one arena taken

@@ -54,8 +54,9 @@ pub const BANDS: usize = 16;
 
 /// How urgent a run is against the other runs on its executor: every node of a high-priority run
 /// is taken before any node of a normal one, on every thread (within a run, the policy's order
-/// holds). Entry into a shared memory budget stays first come, first served, so normal runs are
-/// never starved of memory; on the threads they get what the urgent runs leave.
+/// holds). Into a shared memory budget, an urgent run enters ahead of the normal runs waiting, but
+/// at most 8 in a row ahead of the oldest, so normal runs are never starved of memory; on the
+/// threads they get what the urgent runs leave.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RunPriority {
     /// The default.

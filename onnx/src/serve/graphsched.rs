@@ -241,9 +241,9 @@ pub(super) fn serve_graphsched(
         h.measure_need(pool.handle(), executor.0)?;
     }
     // The budget: one request's need times the threads, and room for the priority client's
-    // request besides. Runs enter first come, first served whatever their priority: in a budget
-    // the normal runs can fill, an urgent request waits for a normal one to finish (on det, a
-    // whole request: p99 230 ms for cls in a first measurement).
+    // request besides: an urgent request enters ahead of normal ones waiting, but in a budget the
+    // normal runs can fill it still waits for one of them to finish (on det, a whole request:
+    // p99 230 ms for cls in a first measurement).
     let budget = load
         .budget
         .unwrap_or(main.need.max(1) * threads as u64 + high.as_ref().map_or(0, |h| h.need));

@@ -47,14 +47,16 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     // arena as it is set up, so it enters first, waiting parked.
     let budget = options.executor.map(|e| &e.shared().budget).filter(|b| b.is_set());
     let prepared = budget.is_some() && options.plan.is_none();
+    let urgent = options.priority == crate::sched::RunPriority::High;
     // Declared before the state, so that it drops after the state's leftovers (on a failure)
     // have gone back to the pool; a prepared run's entry is put here once it has entered.
     let mut entry = match options.executor {
-        Some(e) if !prepared => {
-            e.shared()
-                .budget
-                .enter(|| reservation(graph, options), || graph.describe(), &**e.shared())?
-        }
+        Some(e) if !prepared => e.shared().budget.enter(
+            || reservation(graph, options),
+            || graph.describe(),
+            urgent,
+            &**e.shared(),
+        )?,
         _ => None,
     };
     let need = prepared.then(|| reservation(graph, options));
@@ -175,7 +177,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         let mut queued_ns = 0;
         match (executor, budget.zip(need)) {
             (Some(executor), Some((budget, need))) if !state.prio.roots.is_empty() => {
-                let (entered, queued) = enter_and_drive(executor, budget, need, &mut state)?;
+                let (entered, queued) = enter_and_drive(executor, budget, need, urgent, &mut state)?;
                 entry = entered;
                 if let Some(waited) = queued {
                     (waited_ns, queued_ns) = (waited, waited);
@@ -240,6 +242,7 @@ fn enter_and_drive<'b>(
     executor: &'b Executor,
     budget: &'b Budget,
     need: u64,
+    urgent: bool,
     state: &mut RunState<'_>,
 ) -> Result<(Option<Entry<'b>>, Option<u64>)> {
     // Set up to be started by another thread: counted, and told whom to wake.
@@ -256,7 +259,7 @@ fn enter_and_drive<'b>(
         queued: Instant::now(),
         refused_under: None,
     };
-    match budget.enter_prepared(need, || shared.graph.describe(), start, &**executor.shared())? {
+    match budget.enter_prepared(need, || shared.graph.describe(), urgent, start, &**executor.shared())? {
         Entered::Queued(mut entry) => {
             executor.wait_queued(shared);
             let q = shared.queued.as_ref().expect("a queued run");

@@ -36,7 +36,7 @@ fn all_enter(budget: u64, needs: &'static [u64]) {
                 let b = b.clone();
                 loom::thread::spawn(move || {
                     let entry = b
-                        .enter(|| need, || "a run".into(), &NoStarts)
+                        .enter(|| need, || "a run".into(), false, &NoStarts)
                         .unwrap()
                         .expect("a budget is set");
                     let s = b.stats();
@@ -68,7 +68,7 @@ fn loom_runs_that_fit_together_enter_together() {
         let b = Arc::new(Budget::default());
         b.set(2, &NoStarts);
         let whole = b
-            .enter(|| 2, || "the first run".into(), &NoStarts)
+            .enter(|| 2, || "the first run".into(), false, &NoStarts)
             .unwrap()
             .expect("a budget is set");
         let inside = Arc::new((Mutex::new(0u32), Condvar::new()));
@@ -77,7 +77,7 @@ fn loom_runs_that_fit_together_enter_together() {
                 let (b, inside) = (b.clone(), inside.clone());
                 loom::thread::spawn(move || {
                     let entry = b
-                        .enter(|| 1, || "a run".into(), &NoStarts)
+                        .enter(|| 1, || "a run".into(), false, &NoStarts)
                         .unwrap()
                         .expect("a budget is set");
                     let (count, both) = &*inside;
@@ -110,7 +110,7 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
         let starts = Arc::new(Starts::default());
         b.set(1, &*starts);
         let first = b
-            .enter(|| 1, || "the first run".into(), &*starts)
+            .enter(|| 1, || "the first run".into(), false, &*starts)
             .unwrap()
             .expect("a budget is set");
         let queued = {
@@ -121,7 +121,7 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
                     queued: std::time::Instant::now(),
                     refused_under: None,
                 };
-                match b.enter_prepared(1, || "a run".into(), start, &*starts).unwrap() {
+                match b.enter_prepared(1, || "a run".into(), false, start, &*starts).unwrap() {
                     Entered::Now(entry) => {
                         drop(entry);
                         false

@@ -10,11 +10,13 @@
 //! own, whatever the others do, nothing deadlocks at any budget at or above the largest single
 //! run's bound.
 //!
-//! **Entry is first come, first served**: a run waits until every run that came before it has
-//! entered and its reservation fits. So no run waits forever: a run waits at most until the runs
-//! ahead of it have entered and enough of the runs inside have ended (each of which ends, as
-//! above). Priorities (`RunOptions::priority`) order nodes on the threads, not entry, so a
-//! stream of urgent runs cannot starve the others out of the budget.
+//! **Entry is first come, first served, urgent runs first** (`books.rs`): the next run to enter
+//! is the oldest urgent one waiting (`RunOptions::priority`), unless urgent runs went ahead of
+//! the oldest waiting run [`URGENT_PASSES`](books::URGENT_PASSES) times in a row, in which case
+//! it is the oldest; it enters once its reservation fits, and nobody enters before it. So no run
+//! waits forever: a run waits at most until the runs ahead of it, and at most that many urgent
+//! runs at a time besides, have entered and enough of the runs inside have ended (each of which
+//! ends, as above).
 //!
 //! **A run that must wait is started by the run that makes room** (`enter_prepared`): its
 //! caller sets the run up first (taking no memory) and puts it in the queue with its start (a
@@ -28,9 +30,9 @@
 //! its throughput to that).
 //!
 //! **A run with a plan waits parked** (`enter`): it takes its arena as it is set up, so it enters
-//! first. It is queued with its ticket, its need and its thread, and whoever changes what fits
-//! (a run leaving, the head entering, the budget changing) unparks it when it is the head and
-//! fits: one wake-up a waiting run. Both kinds share the queue, in ticket order.
+//! first. It is queued with its need and its thread, and whoever changes what fits (a run
+//! leaving, one entering, the budget changing) lets it in and unparks it when its turn and its
+//! room have come: one wake-up a waiting run. Both kinds share the queue.
 //!
 //! A run whose own bound is more than the whole budget is refused at once, naming the graph and
 //! the bytes. A run started from inside a kernel (a nested run, or any run on one of the
@@ -38,14 +40,16 @@
 //! its reservation fits with nobody queued, and is refused otherwise.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::thread::{self, Thread};
+use crate::sync::thread;
 use crate::sync::{lock, Mutex, MutexGuard};
 
 use crate::error::{err, ErrorKind, Result};
+
+mod books;
+use books::{Admitted, Books, Verdict, Waiter};
 
 /// The budget of an executor; 0 bytes: none (runs enter at once, nothing is reserved).
 #[derive(Default)]
@@ -57,26 +61,6 @@ pub(in crate::exec) struct Budget {
     /// Whether runs wait in the queue, mirrored out of the books (a hint, read without the lock).
     crowded: AtomicBool,
     state: Mutex<Books>,
-}
-
-#[derive(Default)]
-struct Books {
-    bytes: u64,
-    reserved: u64,
-    peak_reserved: u64,
-    /// Tickets handed out, and the ticket whose turn it is: the queue is the tickets between.
-    next_ticket: u64,
-    serving: u64,
-    /// The runs waiting, in ticket order: ticket, bytes needed, and who starts the run.
-    waiting: VecDeque<(u64, u64, Waiter)>,
-}
-
-/// Who starts a waiting run when its turn and its room come.
-enum Waiter {
-    /// Its caller, parked in [`Budget::enter`]: unparked, it enters itself.
-    Caller(Thread),
-    /// Whoever makes room: the run is set up ([`Budget::enter_prepared`]).
-    Prepared(Start),
 }
 
 /// A run set up and waiting for the budget: what starts it on the executor's threads.
@@ -98,52 +82,6 @@ unsafe impl Send for Start {}
 pub(in crate::exec) trait StartRuns {
     /// Starts `runs`, in this order (the queue's).
     fn start_runs(&self, runs: Vec<Start>);
-}
-
-/// What to do once the books are let go: unpark a caller, and start runs that were admitted.
-#[derive(Default)]
-struct Admitted {
-    caller: Option<Thread>,
-    /// Admitted in turn, to start in this order.
-    starts: Vec<Start>,
-}
-
-impl Books {
-    /// Whether a run needing `need` may enter when its turn has come: its reservation fits, or
-    /// it never will (the budget was lowered below it, or removed), which it then learns.
-    fn room_for(&self, need: u64) -> bool {
-        self.reserved + need <= self.bytes || need > self.bytes
-    }
-
-    /// Admits the prepared runs at the head of the queue while their turn has come and they fit,
-    /// and names the caller to unpark if the head is then one whose turn and room came (to
-    /// unpark once the lock is let go, so that it does not wake to a held lock).
-    fn admit_heads(&mut self) -> Admitted {
-        let mut admitted = Admitted::default();
-        while let Some((ticket, need, waiter)) = self.waiting.front() {
-            if *ticket != self.serving || !self.room_for(*need) {
-                break;
-            }
-            let need = *need;
-            if let Waiter::Caller(thread) = waiter {
-                admitted.caller = Some(thread.clone());
-                break;
-            }
-            let Some((_, _, Waiter::Prepared(mut start))) = self.waiting.pop_front() else {
-                unreachable!("the head is a prepared run")
-            };
-            self.serving += 1;
-            if self.bytes != 0 && need > self.bytes {
-                // The budget was lowered below it while it waited: it starts refused.
-                start.refused_under = Some(self.bytes);
-            } else {
-                self.reserved += need;
-                self.peak_reserved = self.peak_reserved.max(self.reserved);
-            }
-            admitted.starts.push(start);
-        }
-        admitted
-    }
 }
 
 /// What a budget holds now: its bytes, the reservations of the runs inside, and their peak.
@@ -205,13 +143,13 @@ impl Budget {
         lock(&self.state)
     }
 
-    /// Admits what may enter now, lets go of the books, wakes the caller at the head of the
-    /// queue if it may enter and starts the prepared runs admitted.
+    /// Lets in what may enter now, lets go of the books, wakes the parked callers let in and
+    /// starts the prepared runs let in.
     fn release_and_wake(&self, mut b: MutexGuard<'_, Books>, starter: &dyn StartRuns) {
-        let Admitted { caller, starts } = b.admit_heads();
-        self.crowded.store(!b.waiting.is_empty(), Ordering::Relaxed);
+        let Admitted { callers, starts } = b.admit();
+        self.crowded.store(b.crowded(), Ordering::Relaxed);
         drop(b);
-        if let Some(thread) = caller {
+        for thread in callers {
             thread.unpark();
         }
         if !starts.is_empty() {
@@ -219,8 +157,7 @@ impl Budget {
         }
     }
 
-    /// Sets the budget (0: none). Runs inside keep their reservations; the head of the queue
-    /// looks again.
+    /// Sets the budget (0: none). Runs inside keep their reservations; the queue looks again.
     pub(in crate::exec) fn set(&self, bytes: u64, starter: &dyn StartRuns) {
         let mut b = self.books();
         b.bytes = bytes;
@@ -238,8 +175,7 @@ impl Budget {
         self.crowded.load(Ordering::Relaxed)
     }
 
-    /// Gives back the reservation of a prepared run that was queued, at its end (its last task
-    /// calls this); starts the prepared runs that may start now.
+    /// Gives back `bytes` of reservation (a run left); lets in what now fits.
     pub(in crate::exec) fn leave(&self, bytes: u64, starter: &dyn StartRuns) {
         let mut b = self.books();
         b.reserved -= bytes;
@@ -256,7 +192,7 @@ impl Budget {
     }
 
     /// Refuses a run of `need` bytes that could never enter, or that was started inside a
-    /// kernel and would have to wait.
+    /// kernel and cannot enter at once.
     fn refuse(b: &Books, need: u64, who: impl Fn() -> String) -> Result<()> {
         if need > b.bytes {
             return err(
@@ -269,7 +205,7 @@ impl Budget {
                 ),
             );
         }
-        if INSIDE.with(Cell::get) > 0 && (b.serving != b.next_ticket || b.reserved + need > b.bytes) {
+        if INSIDE.with(Cell::get) > 0 && !b.fits_now(need) {
             return err(
                 ErrorKind::MemoryLimit,
                 format!(
@@ -278,31 +214,21 @@ impl Budget {
                     who(),
                     b.reserved,
                     b.bytes,
-                    if b.serving != b.next_ticket {
-                        " and runs are queued"
-                    } else {
-                        ""
-                    }
+                    if b.crowded() { " and runs are queued" } else { "" }
                 ),
             );
         }
         Ok(())
     }
 
-    /// Reserves `need` for a run whose turn has come (its ticket served), and lets the next in
-    /// line in if it fits too.
-    fn admit<'b>(
+    /// The entry of a run let in with a reservation of `need`.
+    fn entry<'b>(
         &'b self,
-        mut b: MutexGuard<'_, Books>,
         need: u64,
         starter: &'b dyn StartRuns,
         waited_ns: u64,
         given_back_by_run: bool,
     ) -> Entry<'b> {
-        b.reserved += need;
-        b.peak_reserved = b.peak_reserved.max(b.reserved);
-        debug_assert!(b.bytes == 0 || b.reserved <= b.bytes, "reservations within the budget");
-        self.release_and_wake(b, starter);
         INSIDE.with(|c| c.set(c.get() + 1));
         Entry {
             budget: self,
@@ -313,67 +239,63 @@ impl Budget {
         }
     }
 
-    /// Enters with a reservation of `need()` bytes, for the run `who` describes, parking until
-    /// its turn and its room come; `None` when there is no budget (then `need` is not called).
+    /// Enters with a reservation of `need()` bytes, for the run `who` describes (`urgent`: a
+    /// high-priority one), parking until it is let in; `None` when there is no budget (then
+    /// `need` is not called).
     pub(in crate::exec) fn enter<'b>(
         &'b self,
         need: impl FnOnce() -> u64,
         who: impl Fn() -> String,
+        urgent: bool,
         starter: &'b dyn StartRuns,
     ) -> Result<Option<Entry<'b>>> {
         if !self.is_set() {
             return Ok(None);
         }
         let need = need();
-        let mut start = None;
         let mut b = self.books();
         if b.bytes == 0 {
             return Ok(None);
         }
         Budget::refuse(&b, need, &who)?;
-        if INSIDE.with(Cell::get) == 0 {
-            let ticket = b.next_ticket;
-            b.next_ticket += 1;
-            if b.serving != ticket || !b.room_for(need) {
-                start = Some(Instant::now());
-                b.waiting.push_back((ticket, need, Waiter::Caller(thread::current())));
-                self.crowded.store(true, Ordering::Relaxed);
-                // Parked until its turn and its room come (`admit_heads`); a wake-up that finds
-                // neither (a spurious one, or the budget lowered meanwhile) parks again. An
-                // unpark that comes before the park is kept: park returns at once.
-                while b.serving != ticket || !b.room_for(need) {
-                    drop(b);
-                    thread::park();
-                    b = self.books();
-                }
-                let head = b.waiting.pop_front();
-                debug_assert!(head.is_some_and(|h| h.0 == ticket), "the head of the queue enters");
-            }
-            b.serving += 1;
-            // The budget may have shrunk while the run waited: below its need, refuse it then.
-            if b.bytes != 0 && need > b.bytes {
-                let lowered = b.bytes;
-                self.release_and_wake(b, starter);
-                return err(
-                    ErrorKind::MemoryLimit,
-                    format!(
-                        "{} needs {need} bytes, more than the memory budget, lowered to {lowered} bytes",
-                        who()
-                    ),
-                );
-            }
+        if b.fits_now(need) {
+            b.reserve(need);
+            return Ok(Some(self.entry(need, starter, 0, false)));
         }
-        let waited_ns = start.map_or(0, |s: Instant| s.elapsed().as_nanos().max(1) as u64);
-        Ok(Some(self.admit(b, need, starter, waited_ns, false)))
+        let start = Instant::now();
+        let ticket = b.queue(need, urgent, Waiter::Caller(thread::current()));
+        // It may be let in at once (an urgent run ahead of older ones that wait for room).
+        self.release_and_wake(b, starter);
+        // Parked until let in (`Books::admit` records the verdict); a wake-up that finds none
+        // (a spurious one, or one left from an earlier wait) parks again. An unpark that comes
+        // before the park is kept: park returns at once.
+        let verdict = loop {
+            if let Some(v) = self.books().verdict(ticket) {
+                break v;
+            }
+            thread::park();
+        };
+        if let Verdict::Refused(lowered) = verdict {
+            return err(
+                ErrorKind::MemoryLimit,
+                format!(
+                    "{} needs {need} bytes, more than the memory budget, lowered to {lowered} bytes",
+                    who()
+                ),
+            );
+        }
+        let waited_ns = start.elapsed().as_nanos().max(1) as u64;
+        Ok(Some(self.entry(need, starter, waited_ns, false)))
     }
 
-    /// Enters a run that is set up, `start` pointing at it, with a reservation of `need` bytes:
-    /// at once if its turn and its room have come, else queued, to be started by whoever makes
-    /// room for it (module docs).
+    /// Enters a run that is set up, `start` pointing at it, with a reservation of `need` bytes
+    /// (`urgent`: a high-priority run): at once if nobody waits and it fits, else queued, to be
+    /// started by whoever lets it in (module docs).
     pub(in crate::exec) fn enter_prepared<'b>(
         &'b self,
         need: u64,
         who: impl Fn() -> String,
+        urgent: bool,
         start: Start,
         starter: &'b dyn StartRuns,
     ) -> Result<Entered<'b>> {
@@ -382,22 +304,15 @@ impl Budget {
             return Ok(Entered::Free);
         }
         Budget::refuse(&b, need, &who)?;
-        let ticket = b.next_ticket;
-        b.next_ticket += 1;
-        if INSIDE.with(Cell::get) == 0 && (b.serving != ticket || !b.room_for(need)) {
-            b.waiting.push_back((ticket, need, Waiter::Prepared(start)));
-            self.crowded.store(true, Ordering::Relaxed);
-            INSIDE.with(|c| c.set(c.get() + 1));
-            return Ok(Entered::Queued(Entry {
-                budget: self,
-                starter,
-                bytes: need,
-                given_back_by_run: true,
-                waited_ns: 0,
-            }));
+        if b.fits_now(need) {
+            b.reserve(need);
+            return Ok(Entered::Now(self.entry(need, starter, 0, false)));
         }
-        b.serving += 1;
-        Ok(Entered::Now(self.admit(b, need, starter, 0, false)))
+        b.queue(need, urgent, Waiter::Prepared(start));
+        // It may be let in, and started, at once (an urgent run ahead of older ones that wait
+        // for room).
+        self.release_and_wake(b, starter);
+        Ok(Entered::Queued(self.entry(need, starter, 0, true)))
     }
 }
 
