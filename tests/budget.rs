@@ -184,6 +184,16 @@ fn held(
     Arc::new(b.finalize().unwrap())
 }
 
+/// A run of `g` on `executor`, from `pool`, at `priority`.
+fn run_at(g: &Arc<Graph>, executor: &Executor, pool: &Arc<Pool>, priority: RunPriority) -> graphsched::Result<()> {
+    let options = RunOptions {
+        executor: Some(executor),
+        priority,
+        ..Default::default()
+    };
+    graphsched::run(g, pool, &options).map(|_| ())
+}
+
 /// Runs that wait in the budget are started by the run that makes room, on the executor's
 /// threads, and their callers only wait. An executor of one thread has no worker at all: the
 /// thread the first budget starts in the callers' place runs them (without it they would never
@@ -243,14 +253,7 @@ fn an_urgent_run_enters_the_budget_ahead_of_older_normal_runs() {
     let executor = Executor::new(2).unwrap();
     executor.set_memory_budget(g.lowest_live_order().peak).unwrap();
     let pool = Arc::new(Pool::default());
-    let run = |priority: RunPriority, name: &'static str| {
-        let options = RunOptions {
-            executor: Some(&executor),
-            priority,
-            ..Default::default()
-        };
-        graphsched::run(&g, &pool, &options).map(|_| name)
-    };
+    let run = |priority, name: &'static str| run_at(&g, &executor, &pool, priority).map(|_| name);
     let finished = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         let first = s.spawn(|| run(RunPriority::Normal, "first"));
@@ -285,13 +288,7 @@ fn a_queued_run_whose_budget_is_lowered_below_it_is_refused_when_its_turn_comes(
     let executor = Executor::new(2).unwrap();
     executor.set_memory_budget(need).unwrap();
     let pool = Arc::new(Pool::default());
-    let run = || {
-        let options = RunOptions {
-            executor: Some(&executor),
-            ..Default::default()
-        };
-        graphsched::run(&g, &pool, &options).map(|_| ())
-    };
+    let run = || run_at(&g, &executor, &pool, RunPriority::Normal);
     let (first, second) = std::thread::scope(|s| {
         let first = s.spawn(run);
         started.recv().unwrap();

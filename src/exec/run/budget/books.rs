@@ -160,6 +160,16 @@ mod tests {
         b.queue(need, urgent, Waiter::Caller(std::thread::current()))
     }
 
+    /// Books of a budget of `bytes`, all of them reserved.
+    fn full(bytes: u64) -> Books {
+        let mut b = Books {
+            bytes,
+            ..Books::default()
+        };
+        b.reserve(bytes);
+        b
+    }
+
     /// Who got in, by ticket, in order.
     fn let_in(b: &mut Books, tickets: &[u64]) -> Vec<u64> {
         b.admit();
@@ -172,11 +182,7 @@ mod tests {
 
     #[test]
     fn first_come_first_served_among_runs_of_one_priority() {
-        let mut b = Books {
-            bytes: 2,
-            ..Books::default()
-        };
-        b.reserve(2);
+        let mut b = full(2);
         let (first, second) = (wait(&mut b, 1, false), wait(&mut b, 2, false));
         let third = wait(&mut b, 1, false);
         b.reserved = 0;
@@ -188,11 +194,7 @@ mod tests {
 
     #[test]
     fn an_urgent_run_goes_ahead_of_older_normal_ones_and_waits_for_its_room() {
-        let mut b = Books {
-            bytes: 2,
-            ..Books::default()
-        };
-        b.reserve(2);
+        let mut b = full(2);
         let normal = wait(&mut b, 1, false);
         let urgent = wait(&mut b, 2, true);
         b.reserved = 1;
@@ -204,11 +206,7 @@ mod tests {
 
     #[test]
     fn urgent_runs_pass_the_oldest_at_most_so_many_times_in_a_row() {
-        let mut b = Books {
-            bytes: 1,
-            ..Books::default()
-        };
-        b.reserve(1);
+        let mut b = full(1);
         let normal = wait(&mut b, 1, false);
         let mut order = Vec::new();
         for _ in 0..URGENT_PASSES + 2 {
@@ -222,11 +220,7 @@ mod tests {
 
     #[test]
     fn a_run_the_lowered_budget_cannot_hold_is_let_in_refused() {
-        let mut b = Books {
-            bytes: 4,
-            ..Books::default()
-        };
-        b.reserve(4);
+        let mut b = full(4);
         let big = wait(&mut b, 3, false);
         b.bytes = 2;
         b.reserved = 0;
