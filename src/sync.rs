@@ -4,8 +4,9 @@
 //!
 //! Checked this way: the executor's sleep (`exec::workers::sleep`: no lost wake-up), a run's
 //! window (`exec::workers::window`: never more than its cap in flight, no deferred node lost) and
-//! the memory budget's queue (`exec::run::budget`: first come first served, every waiter woken
-//! when its turn and its room come, never more reserved than the budget).
+//! the memory budget's queue (`exec::run::budget`: every waiter let in and woken when its turn and
+//! its room come, a queued run started exactly once, never more reserved than the budget; the
+//! order of entry is tested without threads, in `budget/books.rs`).
 //! The run-completion protocol as a whole is modelled by hand (tests/loom_run_protocol.rs): it
 //! goes through crossbeam's deques, thread-locals and clocks, which loom cannot schedule.
 

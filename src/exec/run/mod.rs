@@ -269,7 +269,7 @@ fn enter_and_drive<'b>(
             Ok((Some(entry), Some(q.waited_ns.load(Ordering::Relaxed))))
         }
         entered => {
-            // Its turn and its room had come (or the budget went): nobody else has it, and its
+            // It entered at once (or the budget went): nobody else has it, and its
             // caller drives it.
             state.queued = None;
             executor.drive(state, &state.prio.roots);

@@ -127,7 +127,8 @@ pub struct RunOptions<'a> {
     /// Hears each node start and end ([`Observer`](crate::exec::Observer)); `None` costs nothing.
     pub observer: Option<&'a dyn crate::exec::Observer>,
     /// How urgent the run is against the other runs on its executor: a high-priority run's
-    /// nodes are taken before any normal run's, on every thread ([`RunPriority`]).
+    /// nodes are taken before any normal run's, on every thread, and under the executor's
+    /// memory budget it enters ahead of the normal runs waiting ([`RunPriority`]).
     pub priority: RunPriority,
 }
 

@@ -150,7 +150,8 @@ impl Executor {
     /// default): the live bytes of all of them together stay within it (see
     /// [`RunOptions::priority`](crate::exec::RunOptions::priority) for the order on the threads, and
     /// the exec module's `exec::run::budget` for the rule: each run reserves its own bound on entry, first
-    /// come first served). Runs inside keep their reservations; later ones see the new budget.
+    /// come, first served, urgent runs first, at most 8 in a row ahead of the oldest waiting run).
+    /// Runs inside keep their reservations; later ones see the new budget.
     ///
     /// A run that has to wait is started on the executor's threads by the run that makes room
     /// for it, while its caller waits; the first budget starts one more thread, in the callers'

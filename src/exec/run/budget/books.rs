@@ -79,6 +79,21 @@ impl Books {
         self.waiting.is_empty() && self.reserved + need <= self.bytes
     }
 
+    /// Whether a run needing `need` (`urgent`: a high-priority one) may enter at once, without
+    /// queueing, and if so reserves for it: nobody waits and it fits; or it is urgent, no urgent
+    /// run waits, the oldest waiting run has been passed fewer than [`URGENT_PASSES`] times in a
+    /// row (which this pass counts), and it fits.
+    pub(super) fn enter_now(&mut self, need: u64, urgent: bool) -> bool {
+        let passes =
+            !self.waiting.is_empty() && urgent && self.passed < URGENT_PASSES && !self.waiting.iter().any(|w| w.urgent);
+        let enters = (self.waiting.is_empty() || passes) && self.reserved + need <= self.bytes;
+        if enters {
+            self.passed += u32::from(passes);
+            self.reserve(need);
+        }
+        enters
+    }
+
     /// Reserves `need` for a run that enters.
     pub(super) fn reserve(&mut self, need: u64) {
         self.reserved += need;
@@ -124,6 +139,8 @@ impl Books {
                 break;
             }
             let w = self.waiting.remove(i).expect("an index into the queue");
+            // An urgent run let in refused counts as a pass too: the oldest only gets its turn
+            // sooner.
             self.passed = if i == 0 { 0 } else { self.passed + 1 };
             let refused = (self.bytes != 0 && need > self.bytes).then_some(self.bytes);
             if refused.is_none() {
@@ -202,6 +219,19 @@ mod tests {
         assert_eq!(let_in(&mut b, &[normal, urgent]), []);
         b.reserved = 0;
         assert_eq!(let_in(&mut b, &[normal, urgent]), [urgent]);
+    }
+
+    #[test]
+    fn an_urgent_run_that_fits_enters_at_once_past_normal_runs_waiting() {
+        let mut b = full(3);
+        let normal = wait(&mut b, 3, false);
+        b.reserved = 1;
+        assert!(!b.enter_now(1, false), "a normal run queues behind the one waiting");
+        assert!(b.enter_now(2, true), "an urgent one that fits goes ahead at once");
+        assert!(!b.enter_now(1, true), "and one that does not fit queues");
+        assert_eq!(b.passed, 1);
+        b.reserved = 0;
+        assert_eq!(let_in(&mut b, &[normal]), [normal]);
     }
 
     #[test]

@@ -58,9 +58,8 @@ fn loom_two_runs_one_at_a_time() {
 }
 
 /// Two runs that fit together are let in together: while a run holding the whole budget is
-/// inside, two more queue; when it leaves, the first of them enters and must wake the second
-/// (the leaving run woke only the head). Each waits inside for the other, so a second left
-/// parked blocks both: a deadlock for loom.
+/// inside, two more queue; when it leaves, both must be let in and woken. Each waits inside for
+/// the other, so a second left parked blocks both: a deadlock for loom.
 #[test]
 fn loom_runs_that_fit_together_enter_together() {
     use loom::sync::{Condvar, Mutex};
@@ -147,6 +146,65 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
             assert_eq!(b.stats().reserved, 1, "the started run holds its reservation");
             b.leave(1, &*starts);
         }
+        assert_eq!(b.stats().reserved, 0);
+    });
+}
+
+/// An urgent prepared run queues behind the run inside, beside a normal run that also waits for
+/// room: each enters exactly once, whoever lets it in, whatever the order of arrival, and the
+/// urgent run's last task (here, the model) gives its reservation back. A run never let in
+/// leaves its thread parked for ever, or the model spinning: loom reports either.
+#[test]
+fn loom_an_urgent_run_and_a_normal_one_both_enter() {
+    loom::model(|| {
+        let b = Arc::new(Budget::default());
+        let starts = Arc::new(Starts::default());
+        b.set(2, &*starts);
+        let first = b
+            .enter(|| 2, || "the first run".into(), false, &*starts)
+            .unwrap()
+            .expect("a budget is set");
+        let normal = {
+            let (b, starts) = (b.clone(), starts.clone());
+            loom::thread::spawn(move || {
+                let entry = b.enter(|| 1, || "a normal run".into(), false, &*starts).unwrap();
+                drop(entry.expect("a budget is set"));
+            })
+        };
+        let urgent = {
+            let (b, starts) = (b.clone(), starts.clone());
+            loom::thread::spawn(move || {
+                let start = Start {
+                    run: std::ptr::null(),
+                    queued: std::time::Instant::now(),
+                    refused_under: None,
+                };
+                match b
+                    .enter_prepared(2, || "an urgent run".into(), true, start, &*starts)
+                    .unwrap()
+                {
+                    Entered::Now(entry) => {
+                        drop(entry);
+                        false
+                    }
+                    Entered::Queued(entry) => {
+                        drop(entry);
+                        true
+                    }
+                    Entered::Free => unreachable!("a budget is set"),
+                }
+            })
+        };
+        drop(first);
+        if urgent.join().unwrap() {
+            // Queued: started once by whoever let it in; it ends, as its last task would.
+            while *starts.0.lock().unwrap() == 0 {
+                loom::thread::yield_now();
+            }
+            b.leave(2, &*starts);
+        }
+        normal.join().unwrap();
+        assert!(*starts.0.lock().unwrap() <= 1, "started at most once");
         assert_eq!(b.stats().reserved, 0);
     });
 }

@@ -130,7 +130,7 @@ pub(in crate::exec) struct Entry<'b> {
 pub(in crate::exec) enum Entered<'b> {
     /// No budget: the run reserves nothing.
     Free,
-    /// Its turn and its room had come: its caller drives it.
+    /// Nobody waited and it fitted (or it went ahead, urgent): its caller drives it.
     Now(Entry<'b>),
     /// Queued: whoever makes room for it starts it on the executor's threads, and its last task
     /// gives the reservation back ([`Budget::leave`]); the caller waits for it to end.
@@ -258,13 +258,14 @@ impl Budget {
             return Ok(None);
         }
         Budget::refuse(&b, need, &who)?;
-        if b.fits_now(need) {
-            b.reserve(need);
+        if b.enter_now(need, urgent) {
             return Ok(Some(self.entry(need, starter, 0, false)));
         }
         let start = Instant::now();
         let ticket = b.queue(need, urgent, Waiter::Caller(thread::current()));
-        // It may be let in at once (an urgent run ahead of older ones that wait for room).
+        // After every change the next run to enter does not fit (else it would be in), and a
+        // run that queues does not change that; looking again costs nothing and keeps it true
+        // whatever comes.
         self.release_and_wake(b, starter);
         // Parked until let in (`Books::admit` records the verdict); a wake-up that finds none
         // (a spurious one, or one left from an earlier wait) parks again. An unpark that comes
@@ -289,8 +290,8 @@ impl Budget {
     }
 
     /// Enters a run that is set up, `start` pointing at it, with a reservation of `need` bytes
-    /// (`urgent`: a high-priority run): at once if nobody waits and it fits, else queued, to be
-    /// started by whoever lets it in (module docs).
+    /// (`urgent`: a high-priority run): at once if it may (`Books::enter_now`), else queued, to
+    /// be started by whoever lets it in (module docs).
     pub(in crate::exec) fn enter_prepared<'b>(
         &'b self,
         need: u64,
@@ -304,13 +305,11 @@ impl Budget {
             return Ok(Entered::Free);
         }
         Budget::refuse(&b, need, &who)?;
-        if b.fits_now(need) {
-            b.reserve(need);
+        if b.enter_now(need, urgent) {
             return Ok(Entered::Now(self.entry(need, starter, 0, false)));
         }
         b.queue(need, urgent, Waiter::Prepared(start));
-        // It may be let in, and started, at once (an urgent run ahead of older ones that wait
-        // for room).
+        // As in `enter`: looking again lets nobody in, and keeps the queue moving whatever comes.
         self.release_and_wake(b, starter);
         Ok(Entered::Queued(self.entry(need, starter, 0, true)))
     }
