@@ -121,8 +121,9 @@ pub struct Load {
     pub seconds: f64,
     /// The server's threads.
     pub threads: usize,
-    /// graphsched's memory budget in bytes (0: none); by default one request's bound times the
-    /// threads, and the priority model's bound besides.
+    /// graphsched's memory budget in bytes (0: none); by default one request's need (what it
+    /// holds in the pool at its peak, measured alone) times the threads, and the priority
+    /// model's need besides.
     pub budget: Option<u64>,
 }
 

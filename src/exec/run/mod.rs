@@ -50,8 +50,8 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     let urgent = options.priority == crate::sched::RunPriority::High;
     // Declared before the state, so that it drops after the state's leftovers (on a failure)
     // have gone back to the pool; a prepared run's entry is put here once it has entered.
-    let mut entry = match options.executor {
-        Some(e) if !prepared => e.shared().budget.enter(
+    let mut entry = match (budget, options.executor) {
+        (Some(budget), Some(e)) if !prepared => budget.enter(
             || reservation(graph, options),
             || graph.describe(),
             urgent,

@@ -23,6 +23,34 @@ impl StartRuns for Starts {
     }
 }
 
+/// On a new thread, enters a prepared run of `need` bytes (`urgent`: a high-priority one) and
+/// lets its entry go; the thread answers whether the run was queued (then its last task, which
+/// the model plays, gives the reservation back) rather than let in at once.
+fn prepared_run(b: &Arc<Budget>, starts: &Arc<Starts>, need: u64, urgent: bool) -> loom::thread::JoinHandle<bool> {
+    let (b, starts) = (b.clone(), starts.clone());
+    loom::thread::spawn(move || {
+        let start = Start {
+            run: std::ptr::null(),
+            queued: std::time::Instant::now(),
+            refused_under: None,
+        };
+        match b
+            .enter_prepared(need, || "a run".into(), urgent, start, &*starts)
+            .unwrap()
+        {
+            Entered::Now(entry) => {
+                drop(entry);
+                false
+            }
+            Entered::Queued(entry) => {
+                drop(entry);
+                true
+            }
+            Entered::Free => unreachable!("a budget is set"),
+        }
+    })
+}
+
 /// Runs entering a budget that holds fewer of them at once than there are: every one enters
 /// and leaves, never more reserved than the budget. A waiter nobody unparks leaves its thread
 /// blocked for ever, which loom reports as a deadlock.
@@ -112,28 +140,7 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
             .enter(|| 1, || "the first run".into(), false, &*starts)
             .unwrap()
             .expect("a budget is set");
-        let queued = {
-            let (b, starts) = (b.clone(), starts.clone());
-            loom::thread::spawn(move || {
-                let start = Start {
-                    run: std::ptr::null(),
-                    queued: std::time::Instant::now(),
-                    refused_under: None,
-                };
-                match b.enter_prepared(1, || "a run".into(), false, start, &*starts).unwrap() {
-                    Entered::Now(entry) => {
-                        drop(entry);
-                        false
-                    }
-                    // Its last task gives the reservation back (below), not the entry.
-                    Entered::Queued(entry) => {
-                        drop(entry);
-                        true
-                    }
-                    Entered::Free => unreachable!("a budget is set"),
-                }
-            })
-        };
+        let queued = prepared_run(&b, &starts, 1, false);
         drop(first);
         let was_queued = queued.join().unwrap();
         let started = *starts.0.lock().unwrap();
@@ -171,30 +178,7 @@ fn loom_an_urgent_run_and_a_normal_one_both_enter() {
                 drop(entry.expect("a budget is set"));
             })
         };
-        let urgent = {
-            let (b, starts) = (b.clone(), starts.clone());
-            loom::thread::spawn(move || {
-                let start = Start {
-                    run: std::ptr::null(),
-                    queued: std::time::Instant::now(),
-                    refused_under: None,
-                };
-                match b
-                    .enter_prepared(2, || "an urgent run".into(), true, start, &*starts)
-                    .unwrap()
-                {
-                    Entered::Now(entry) => {
-                        drop(entry);
-                        false
-                    }
-                    Entered::Queued(entry) => {
-                        drop(entry);
-                        true
-                    }
-                    Entered::Free => unreachable!("a budget is set"),
-                }
-            })
-        };
+        let urgent = prepared_run(&b, &starts, 2, true);
         drop(first);
         if urgent.join().unwrap() {
             // Queued: started once by whoever let it in; it ends, as its last task would.
