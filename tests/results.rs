@@ -12,13 +12,11 @@ use graphsched::{Executor, Graph, GraphBuilder, InputBinding, NodeDesc, Pool, Ru
 #[repr(C, align(16))]
 struct Aligned([u8; 8]);
 
-/// Set: `stamp` fails.
-static FAIL: AtomicBool = AtomicBool::new(false);
-
 /// Graph input `x` (8 bytes), marked as a graph output too; `stamp` writes the run's number
-/// (counted in `runs`) into its 64-byte output, marked, or fails while `FAIL` is set; `sum`
+/// (counted in `runs`) into its 64-byte output, marked, or fails while `fail` is set (each test
+/// its own: tests run at once); `sum`
 /// writes a byte: `x`'s first plus the stamp's bytes.
-fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
+fn stamped(runs: &'static AtomicU32, fail: &'static AtomicBool) -> (Arc<Graph>, ValueRef, ValueRef) {
     let mut b = GraphBuilder::new();
     let x = b.add_input("x", 8).unwrap();
     let stamp = b
@@ -27,7 +25,7 @@ fn stamped(runs: &'static AtomicU32) -> (Arc<Graph>, ValueRef, ValueRef) {
                 "stamp",
                 "Stamp",
                 Box::new(move |ctx: &mut graphsched::KernelCtx<'_>| {
-                    if FAIL.load(Ordering::Relaxed) {
+                    if fail.load(Ordering::Relaxed) {
                         return Err("refused".to_string());
                     }
                     let n = runs.fetch_add(1, Ordering::Relaxed);
@@ -80,7 +78,8 @@ fn run_bound(g: &Arc<Graph>, pool: &Arc<Pool>, bindings: &[InputBinding<'_>], tr
 #[test]
 fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
     static RUNS: AtomicU32 = AtomicU32::new(0);
-    let (g, x, stamp) = stamped(&RUNS);
+    static FAIL: AtomicBool = AtomicBool::new(false);
+    let (g, x, stamp) = stamped(&RUNS, &FAIL);
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
     let mut input = Box::new(Aligned([7u8; 8]));
@@ -150,7 +149,8 @@ fn results_held_at_once_keep_their_outputs_and_give_everything_back() {
 #[test]
 fn a_result_keeps_its_own_figures_and_trace() {
     static RUNS: AtomicU32 = AtomicU32::new(0);
-    let (g, x, _) = stamped(&RUNS);
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    let (g, x, _) = stamped(&RUNS, &NEVER);
     let pool = Arc::new(Pool::default());
     let input = Aligned([1u8; 8]);
     let bindings = [InputBinding::new(x, &input.0)];
