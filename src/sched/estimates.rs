@@ -4,14 +4,17 @@
 //! measured for its op type, else [`DEFAULT_ESTIMATE_NS`]. Runs sample kernel durations
 //! ([`Priorities::should_sample_op`]) and fold them into a moving average per op type
 //! ([`Graph::learn`]); the [`Priorities`] and the figures of [`Graph::info`] follow the current
-//! estimates, recomputed when the averages have moved by more than a fifth (and by at least
-//! [`MIN_MOVE_NS`], and by more than their op type's noise: `Graph::learned_op_dev`).
+//! estimates: at once for an op type measured for the first time, and when an average has moved
+//! by more than a fifth (and by at least [`MIN_MOVE_NS`], and by more than its op type's noise:
+//! `Graph::learned_op_dev`) once a thousand times the last computation's time has passed since
+//! it (`RECOMPUTE_SHARE`).
 //!
 //! The state lives with the graph (runs of the same graph share what they learn), in the slot
 //! [`Graph`] keeps for the scheduler, so that `graph` itself knows nothing of scheduling.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::Priorities;
 use crate::graph::{Annex, Graph, GraphInfo};
@@ -36,6 +39,25 @@ pub(super) const CHEAP_OP_NS: u64 = 2_000;
 /// How often a kernel of a cheap op type (below `CHEAP_OP_NS`) is measured: one call in this
 /// many.
 pub const SAMPLE_EVERY_CHEAP: u64 = 64;
+
+/// The priorities a graph's runs follow, and what it took to compute them.
+struct Cached {
+    prio: Arc<Priorities>,
+    /// `samples` when they were last found current.
+    checked: u64,
+    /// When they were computed, and how long that took: a recompute for a drift waits until
+    /// [`RECOMPUTE_SHARE`] times that has passed.
+    at: Instant,
+    cost: Duration,
+}
+
+/// A recompute for estimates that moved ([`Staleness::Moved`]) waits until this many times what
+/// the last computation took has passed since it, so that recomputing takes at most about a
+/// thousandth of the time, however noisy the kernels. One op type of kernels of 0.1-20 us on 500
+/// nodes (benches/c/run_kernels.sh's random500): a sampled kernel of 10-20 us moves the average
+/// 2-4x, so that it moved past any fair bound on one run in ten, and recomputing (50-100 us) took
+/// 1% of the runs' time. Something new (`Staleness::New`) recomputes at once.
+const RECOMPUTE_SHARE: u32 = 1000;
 
 /// The scheduler's per-graph state.
 struct Learned {
@@ -63,7 +85,7 @@ struct Learned {
     /// Priorities for the current estimates, computed on first use and again when they move,
     /// with the count of `samples` when they were last found current: while no sample has been
     /// folded in since, they need no check against the estimates.
-    priorities: Mutex<Option<(Arc<Priorities>, u64)>>,
+    priorities: Mutex<Option<Cached>>,
     /// Samples folded in so far. Bumped (Release) after the estimates it counts; read (Acquire)
     /// before the estimates are, so a sample folded meanwhile makes the next run check again.
     samples: AtomicU64,
@@ -278,19 +300,40 @@ impl Graph {
     pub(crate) fn current_priorities(&self) -> (Arc<Priorities>, u64) {
         let mut cached = learned(self).priorities.lock().unwrap_or_else(|e| e.into_inner());
         let samples = self.learned_samples();
-        match &mut *cached {
+        if let Some(c) = &mut *cached {
             // Nothing learned since they were last current: most runs of graphs of cheap
             // kernels, which sample one call in 64.
-            Some((p, checked)) if *checked == samples => (p.clone(), samples),
-            Some((p, checked)) if !p.is_stale(self) => {
-                *checked = samples;
-                (p.clone(), samples)
+            if c.checked == samples {
+                return (c.prio.clone(), samples);
             }
-            _ => {
-                let p = Arc::new(Priorities::compute(self));
-                *cached = Some((p.clone(), samples));
-                (p, samples)
+            match c.prio.staleness(self) {
+                Staleness::Fresh => {
+                    c.checked = samples;
+                    return (c.prio.clone(), samples);
+                }
+                // Not marked current: the next run checks again.
+                Staleness::Moved if c.at.elapsed() < c.cost * RECOMPUTE_SHARE => return (c.prio.clone(), samples),
+                _ => {}
             }
+        }
+        let at = Instant::now();
+        let prio = Arc::new(Priorities::compute(self));
+        *cached = Some(Cached {
+            prio: prio.clone(),
+            checked: samples,
+            at,
+            cost: at.elapsed(),
+        });
+        (prio, samples)
+    }
+
+    /// Makes the cached priorities look as if computing them took `cost`: zero, and the next
+    /// check of a move recomputes them; an hour, and a move waits (tests of that rule).
+    #[cfg(test)]
+    pub(crate) fn set_priorities_cost(&self, cost: Duration) {
+        let mut cached = learned(self).priorities.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = &mut *cached {
+            c.cost = cost;
         }
     }
 
@@ -310,5 +353,168 @@ impl Graph {
     /// path the scheduler puts first.
     pub fn critical_path(&self) -> Vec<u32> {
         self.priorities().critical_path.clone()
+    }
+}
+
+/// How far a graph's learned estimates have moved from those its priorities were computed
+/// from ([`Priorities::staleness`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staleness {
+    /// Not enough to change an order.
+    Fresh,
+    /// An average moved by more than a fifth and more than its op type's noise: worth a
+    /// recompute once that costs little beside the runs.
+    Moved,
+    /// Something not known before: an op type measured for the first time, or of another kind
+    /// (its kernels split their work, or deferred their end). Recomputed at once.
+    New,
+}
+
+impl Priorities {
+    /// Whether learned estimates have moved since these were computed ([`staleness`](Self::staleness)
+    /// is not [`Staleness::Fresh`]).
+    pub fn is_stale(&self, g: &Graph) -> bool {
+        self.staleness(g) != Staleness::Fresh
+    }
+
+    /// How far learned estimates have moved since these were computed.
+    /// - [`New`](Staleness::New): an op type measured for the first time, or whose kind
+    ///   changed (its kernels split their work, or deferred their end).
+    /// - [`Moved`](Staleness::Moved): an average moved by more than a fifth, by at least
+    ///   [`MIN_MOVE_NS`] and by more than its noise: its samples' mean deviation from the
+    ///   average (`Graph::learned_op_dev`), capped at the old average.
+    ///
+    /// The noise keeps an op type of widely spread durations (one type for kernels of 0.1 to 20
+    /// us) from looking moved on nearly every run: its average (weight 1/8) wanders by about a
+    /// quarter of the samples' spread on its own, so a move past their mean deviation is mostly
+    /// news. The cap makes a real change of such kernels by 2x or more show all the same (and a
+    /// single sample of 9 times the average or more). For steady kernels the deviation is
+    /// small and the fifth decides (a step from 1 to 2 us shows after 3 samples either way).
+    /// How soon a move is acted on is the graph's choice ([`Graph::priorities`]).
+    pub fn staleness(&self, g: &Graph) -> Staleness {
+        let kinds_moved = self
+            .kinds_basis
+            .iter()
+            .enumerate()
+            .any(|(op, &k)| g.op_kind(op as u32) != k);
+        if kinds_moved || (!self.defers && g.any_op_deferred()) {
+            return Staleness::New;
+        }
+        let mut staleness = Staleness::Fresh;
+        for (op, &old) in self.basis.iter().enumerate() {
+            let new = g.learned_op_ns(op as u32);
+            if old == 0 && new != 0 {
+                return Staleness::New;
+            }
+            let moved = new.abs_diff(old);
+            // The noise allowed for is at most the old average.
+            let noise = g.learned_op_dev(op as u32).min(old);
+            if moved * 5 > old && moved >= MIN_MOVE_NS && moved > noise {
+                staleness = Staleness::Moved;
+            }
+        }
+        staleness
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{GraphBuilder, NodeDesc};
+    use std::sync::Arc;
+
+    #[test]
+    fn priorities_follow_real_moves_of_the_estimates_not_jitter() {
+        let mut b = GraphBuilder::new();
+        let n = b
+            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
+            .unwrap();
+        let g = b.finalize().unwrap();
+        let first = g.priorities();
+        g.learn(n, 100);
+        assert_eq!(first.staleness(&g), Staleness::New);
+        let learned = g.priorities();
+        assert!(!Arc::ptr_eq(&first, &learned), "a first measurement counts at once");
+        g.learn(n, 400); // 100 -> 138: a third more, but 38 ns
+        assert_eq!(learned.staleness(&g), Staleness::Fresh, "jitter of a tiny kernel");
+        assert!(Arc::ptr_eq(&learned, &g.priorities()));
+        for _ in 0..8 {
+            g.learn(n, 10_000);
+        }
+        assert_eq!(learned.staleness(&g), Staleness::Moved, "a real move");
+        // Recomputed once a thousand times the last computation's time has passed.
+        g.set_priorities_cost(std::time::Duration::ZERO);
+        assert!(!Arc::ptr_eq(&learned, &g.priorities()), "a real move, recomputed");
+    }
+
+    #[test]
+    fn a_noisy_op_type_recomputes_on_news_not_on_its_noise() {
+        let mut b = GraphBuilder::new();
+        let n = b
+            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
+            .unwrap();
+        let g = b.finalize().unwrap();
+        // Kernels of 0.2 to 6 us around 1.4 us, most short and a few long (as lognormal
+        // durations are): their mean deviation is about 1.9 us.
+        let noisy = [200, 6_000, 300, 400, 5_000, 250, 300, 600];
+        for _ in 0..8 {
+            for ns in noisy {
+                g.learn(n, ns);
+            }
+        }
+        g.set_priorities_cost(std::time::Duration::ZERO);
+        let settled = g.priorities();
+        let dev = g.learned_op_dev(g.op_index(n));
+        assert!((1_000..3_000).contains(&dev), "mean deviation {dev} ns");
+        // The same noise again moves the average by more than a fifth (and 250 ns) on 6 of 16
+        // samples, but never by more than its deviation: the priorities stay, however long ago
+        // they were computed.
+        for ns in noisy.iter().chain(&noisy) {
+            g.learn(n, *ns);
+            assert_eq!(settled.staleness(&g), Staleness::Fresh, "noise taken for a move");
+            g.set_priorities_cost(std::time::Duration::ZERO);
+            assert!(Arc::ptr_eq(&settled, &g.priorities()), "noise recomputed them");
+        }
+        // Kernels three times slower: news, within a few samples.
+        let mut seen = 0;
+        for k in 1..=8 {
+            g.learn(n, 4_500);
+            if settled.staleness(&g) == Staleness::Moved {
+                seen = k;
+                break;
+            }
+        }
+        assert!((1..=6).contains(&seen), "a 3x move took {seen} samples (0: never)");
+        g.set_priorities_cost(std::time::Duration::ZERO);
+        assert!(!Arc::ptr_eq(&settled, &g.priorities()), "a 3x move, recomputed");
+    }
+
+    #[test]
+    fn a_move_waits_for_its_share_of_the_time_and_news_does_not() {
+        let mut b = GraphBuilder::new();
+        let n = b
+            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
+            .unwrap();
+        let m = b
+            .add_node(NodeDesc::new("m", "Other", Box::new(|_| Ok(()))).output(8))
+            .unwrap();
+        let g = b.finalize().unwrap();
+        g.learn(n, 1_000);
+        let p = g.priorities();
+        // Moved 10x: kept until a thousand times the computation's time has passed (here as if
+        // it had taken an hour), then recomputed.
+        g.set_priorities_cost(std::time::Duration::from_secs(3600));
+        for _ in 0..16 {
+            g.learn(n, 10_000);
+        }
+        assert_eq!(p.staleness(&g), Staleness::Moved);
+        assert!(Arc::ptr_eq(&p, &g.priorities()), "a move recomputed before its time");
+        // Something new (the other op type's first measurement) recomputes at once.
+        g.learn(m, 1_000);
+        assert_eq!(p.staleness(&g), Staleness::New);
+        let q = g.priorities();
+        assert!(!Arc::ptr_eq(&p, &q));
+        assert_eq!(q.staleness(&g), Staleness::Fresh);
+        assert!(q.weight()[n as usize] > 5_000, "the recompute took the move in too");
     }
 }

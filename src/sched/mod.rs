@@ -46,7 +46,7 @@ mod estimates;
 mod spread;
 pub use admission::Admission;
 pub use bound::{BoundTerm, MakespanBound, MAX_EXACT_NODES};
-pub use estimates::{NodeKind, Sample, DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY, SAMPLE_EVERY_CHEAP};
+pub use estimates::{NodeKind, Sample, Staleness, DEFAULT_ESTIMATE_NS, MIN_MOVE_NS, SAMPLE_EVERY, SAMPLE_EVERY_CHEAP};
 pub use spread::NODE_COST_NS;
 
 /// Number of priority bands the executor queues by.
@@ -214,11 +214,16 @@ impl Priorities {
             .collect();
         let position = g.topological_positions();
         // Each node's position when sorted by `key`, ties to the shorter, then the earlier node.
+        // The keys are laid out beside the nodes before the sort: a sort that looked them up
+        // through a closure at every comparison was most of the time a recomputation takes
+        // (random500 of benches/c/run_kernels.sh: 100 us for 500 nodes, recomputed in one run
+        // in nine as its kernels' estimates move).
         let ranks = |key: &dyn Fn(usize) -> u64| {
-            let mut order: Vec<u32> = (0..n as u32).collect();
-            order.sort_unstable_by_key(|&v| (key(v as usize), weight[v as usize], position[v as usize]));
+            let mut order: Vec<(u64, u64, u32, u32)> =
+                (0..n).map(|v| (key(v), weight[v], position[v], v as u32)).collect();
+            order.sort_unstable();
             let mut rank = vec![0u32; n];
-            for (r, &v) in order.iter().enumerate() {
+            for (r, &(.., v)) in order.iter().enumerate() {
                 rank[v as usize] = r as u32;
             }
             rank
@@ -236,10 +241,13 @@ impl Priorities {
         succ_start.push(0);
         for v in 0..n as u32 {
             let from = succ.len();
-            succ.extend_from_slice(g.successors(v));
-            succ_by_level.extend_from_slice(g.successors(v));
-            succ[from..].sort_unstable_by_key(|&s| rank[s as usize]);
-            succ_by_level[from..].sort_unstable_by_key(|&s| rank_by_level[s as usize]);
+            let next = g.successors(v);
+            succ.extend_from_slice(next);
+            succ_by_level.extend_from_slice(next);
+            if next.len() > 1 {
+                succ[from..].sort_unstable_by_key(|&s| rank[s as usize]);
+                succ_by_level[from..].sort_unstable_by_key(|&s| rank_by_level[s as usize]);
+            }
             succ_start.push(succ.len() as u32);
         }
         let initial_pending: Vec<u32> = (0..n as u32)
@@ -385,38 +393,6 @@ impl Priorities {
         };
         executed % every == 0
     }
-
-    /// Whether learned estimates have moved since these were computed: an op type measured or
-    /// deferring for the first time, or one whose average moved by more than a fifth, by at
-    /// least [`MIN_MOVE_NS`] and by more than its noise: its samples' mean deviation from the
-    /// average (`Graph::learned_op_dev`), capped at the old average.
-    ///
-    /// The noise keeps an op type of widely spread durations (one type for kernels of 0.1 to 20
-    /// us) from recomputing the priorities on nearly every run: its average (weight 1/8)
-    /// wanders by about a quarter of the samples' spread on its own, so a move past their mean
-    /// deviation is mostly news. The cap makes a real change of such kernels by 2x or more show
-    /// all the same (and a single sample of 9 times the average or more). For steady kernels the deviation is small and the fifth decides, as
-    /// before (a step from 1 to 2 us shows after 3 samples either way). Measured on
-    /// benches/c/run_kernels.sh's random500 at kernels of 1 us: recomputing its 500 nodes'
-    /// priorities on every run cost 35-40 us a run, about 75 ns a node.
-    pub fn is_stale(&self, g: &Graph) -> bool {
-        let kinds_moved = self
-            .kinds_basis
-            .iter()
-            .enumerate()
-            .any(|(op, &k)| g.op_kind(op as u32) != k);
-        let deferred = !self.defers && g.any_op_deferred();
-        kinds_moved
-            || deferred
-            || self.basis.iter().enumerate().any(|(op, &old)| {
-                let new = g.learned_op_ns(op as u32);
-                let moved = new.abs_diff(old);
-                // The noise allowed for is at most the old average: a change of its kernels by
-                // 2x or more always shows, however noisy the op type.
-                let noise = g.learned_op_dev(op as u32).min(old);
-                (old == 0 && new != 0) || (moved * 5 > old && moved >= estimates::MIN_MOVE_NS && moved > noise)
-            })
-    }
 }
 
 /// The window rule, for runs and simulations alike: a window of `window` nodes in flight
@@ -479,64 +455,6 @@ fn band_of(slack: u64, critical_path_ns: u64) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{GraphBuilder, NodeDesc};
-    use std::sync::Arc;
-
-    #[test]
-    fn priorities_follow_real_moves_of_the_estimates_not_jitter() {
-        let mut b = GraphBuilder::new();
-        let n = b
-            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
-        let g = b.finalize().unwrap();
-        let first = g.priorities();
-        g.learn(n, 100);
-        let learned = g.priorities();
-        assert!(!Arc::ptr_eq(&first, &learned), "a first measurement counts");
-        g.learn(n, 400); // 100 -> 138: a third more, but 38 ns
-        assert!(Arc::ptr_eq(&learned, &g.priorities()), "jitter of a tiny kernel");
-        for _ in 0..8 {
-            g.learn(n, 10_000);
-        }
-        assert!(!Arc::ptr_eq(&learned, &g.priorities()), "a real move");
-    }
-
-    #[test]
-    fn a_noisy_op_type_recomputes_on_news_not_on_its_noise() {
-        let mut b = GraphBuilder::new();
-        let n = b
-            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
-        let g = b.finalize().unwrap();
-        // Kernels of 0.2 to 6 us around 1.4 us, most short and a few long (as lognormal
-        // durations are): their mean deviation is about 1.9 us.
-        let noisy = [200, 6_000, 300, 400, 5_000, 250, 300, 600];
-        for _ in 0..8 {
-            for ns in noisy {
-                g.learn(n, ns);
-            }
-        }
-        let settled = g.priorities();
-        let dev = g.learned_op_dev(g.op_index(n));
-        assert!((1_000..3_000).contains(&dev), "mean deviation {dev} ns");
-        // The same noise again moves the average by more than a fifth (and 250 ns) on 6 of 16
-        // samples, each of which recomputed the priorities before, but never by more than its
-        // deviation: the priorities stay.
-        for ns in noisy.iter().chain(&noisy) {
-            g.learn(n, *ns);
-            assert!(Arc::ptr_eq(&settled, &g.priorities()), "noise recomputed them");
-        }
-        // Kernels three times slower: news, within a few samples.
-        let mut seen = 0;
-        for k in 1..=8 {
-            g.learn(n, 4_500);
-            if !Arc::ptr_eq(&settled, &g.priorities()) {
-                seen = k;
-                break;
-            }
-        }
-        assert!((1..=6).contains(&seen), "a 3x move took {seen} samples (0: never)");
-    }
 
     #[test]
     fn bands_are_finer_near_the_critical_path() {

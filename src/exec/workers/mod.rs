@@ -321,6 +321,12 @@ impl Shared {
         }
         // SAFETY: the run is alive while it has active tasks, and these nodes are counted.
         let state = unsafe { &*run };
+        if let &[node] = nodes {
+            self.queues
+                .push_one(state.band(node), Task::Node { run, node, reserved }, local);
+            self.sleep.notify(1);
+            return;
+        }
         let tasks = nodes
             .iter()
             .map(|&node| (state.band(node), Task::Node { run, node, reserved }));

@@ -163,21 +163,35 @@ impl Queues {
         })
     }
 
+    /// Queues one task in `band`, as `push` would: the most common push, a node that made one
+    /// successor ready.
+    #[inline]
+    pub(crate) fn push_one(&self, band: usize, task: Task, local: Option<Local<'_>>) {
+        match local {
+            Some(me) if me.deques[band].len() < LOCAL_ROOM => self.push_local(me, band, task),
+            _ => self.share(band, std::iter::once(task)),
+        }
+    }
+
+    /// Queues a task in the thread's own deque of `band`, which has room.
+    #[inline]
+    fn push_local(&self, me: Local<'_>, band: usize, task: Task) {
+        me.deques[band].push(task);
+        let mask = &self.sets[me.index].mask;
+        let m = mask.load(Ordering::Relaxed);
+        if m & (1 << band) == 0 {
+            // Only the owner writes its mask: a load and a store suffice.
+            mask.store(m | 1 << band, Ordering::Release);
+        }
+    }
+
     /// Queues tasks, each in its band (given with it): in the thread's own set while it has one
     /// with room, the rest in the band's shared queue, a run of them of one band under one lock.
     pub(crate) fn push(&self, tasks: impl IntoIterator<Item = (usize, Task)>, local: Option<Local<'_>>) {
         let mut tasks = tasks.into_iter().peekable();
         while let Some((band, task)) = tasks.next() {
             match local {
-                Some(me) if me.deques[band].len() < LOCAL_ROOM => {
-                    me.deques[band].push(task);
-                    let mask = &self.sets[me.index].mask;
-                    let m = mask.load(Ordering::Relaxed);
-                    if m & (1 << band) == 0 {
-                        // Only the owner writes its mask: a load and a store suffice.
-                        mask.store(m | 1 << band, Ordering::Release);
-                    }
-                }
+                Some(me) if me.deques[band].len() < LOCAL_ROOM => self.push_local(me, band, task),
                 // The deque stays full while its owner pushes: the next tasks of the band go
                 // along (a thief may have made room meanwhile, which costs nothing but order).
                 _ => {
@@ -196,23 +210,39 @@ impl Queues {
     /// The most critical task this thread can see: band by band from the most critical, its own
     /// deque, then the band's shared queue, then the other sets from a random one on (as TBB and Taskflow
     /// pick victims: thieves that all started at the same one would contend on it).
+    #[inline]
     pub(crate) fn find(&self, me: Option<Local<'_>>, random_below: impl Fn(usize) -> usize) -> Option<Task> {
-        let mine = me.map(|m| m.index);
         let own_mask = me.map_or(0, |m| self.sets[m.index].mask.load(Ordering::Relaxed));
-        if let Some(me) = me.filter(|_| own_mask & 1 != 0) {
-            // Band 0, the most critical, in its own deque: nothing anywhere comes before it, so
-            // no look at the masks other threads write. (Empty: the scan below lowers the bit.)
-            if let Some(task) = me.deques[0].pop() {
-                return Some(task);
+        if let Some(me) = me.filter(|_| own_mask != 0) {
+            // The most critical band of the thread's own deques, where most tasks are found: the
+            // scan below would take it first too, unless a more critical band may hold work
+            // elsewhere, which band 0 never has to ask. (Empty: the scan lowers the bit.)
+            let band = own_mask.trailing_zeros() as usize;
+            let ahead = (1u32 << band) - 1;
+            if ahead == 0 || (self.overflowing.load(Ordering::Relaxed) | self.others(me.index)) & ahead == 0 {
+                if let Some(task) = me.deques[band].pop() {
+                    return Some(task);
+                }
             }
         }
-        let shared = self.overflowing.load(Ordering::Relaxed);
-        let others = self
-            .sets
-            .iter()
+        self.scan(me, own_mask, random_below)
+    }
+
+    /// The bands the other deque sets may hold tasks in.
+    #[inline]
+    fn others(&self, mine: usize) -> u32 {
+        let masks = self.sets.iter().map(|s| s.mask.load(Ordering::Relaxed));
+        masks
             .enumerate()
-            .filter(|&(i, _)| Some(i) != mine)
-            .fold(0, |acc, (_, s)| acc | s.mask.load(Ordering::Relaxed));
+            .fold(0, |acc, (i, m)| if i == mine { acc } else { acc | m })
+    }
+
+    /// `find`, band by band (`own_mask`: the thread's own set's mask as `find` read it).
+    #[inline(never)]
+    fn scan(&self, me: Option<Local<'_>>, own_mask: u32, random_below: impl Fn(usize) -> usize) -> Option<Task> {
+        let mine = me.map(|m| m.index);
+        let shared = self.overflowing.load(Ordering::Relaxed);
+        let others = self.others(mine.unwrap_or(usize::MAX));
         let mut bands = own_mask | shared | others;
         let sets = self.sets.len();
         let first = if bands & others != 0 && sets > 1 {
