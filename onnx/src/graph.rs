@@ -27,6 +27,9 @@ pub struct OnnxGraph<'r> {
     pub outputs: Vec<Output>,
     /// Operator nodes.
     pub nodes: usize,
+    /// graphsched's node id of each of the manifest's nodes, in its order (the graph inputs
+    /// come first, as many as the model has).
+    pub node_ids: Vec<u32>,
     // Boxed: each node's `user_data` points at its kernel, which must not move as the Vec grows.
     #[allow(clippy::vec_box)]
     _kernels: Vec<Box<NodeKernel<'r>>>,
@@ -81,6 +84,7 @@ impl<'r> OnnxGraph<'r> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             nodes: 0,
+            node_ids: Vec::new(),
             _kernels: Vec::new(),
         };
         let mut producers: HashMap<&str, ValueRef> = HashMap::new();
@@ -135,6 +139,7 @@ impl<'r> OnnxGraph<'r> {
             }
             built._kernels.push(kernel);
             built.nodes += 1;
+            built.node_ids.push(id);
         }
         for name in &manifest.outputs {
             let value = *producers

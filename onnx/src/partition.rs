@@ -191,6 +191,8 @@ pub fn propose(
                 "gs_partition_simulated",
             )?;
         }
+        let manifest_index: std::collections::HashMap<u32, usize> =
+            graph.node_ids.iter().enumerate().map(|(i, &id)| (id, i)).collect();
         let mut clusters = Vec::with_capacity(count);
         for c in 0..count {
             let (mut nodes, mut len) = (std::ptr::null(), 0usize);
@@ -202,8 +204,16 @@ pub fn propose(
                 )?;
                 std::slice::from_raw_parts(nodes, len)
             };
-            // Node 0 is the graph input; the manifest's node i is graphsched's node i + 1.
-            clusters.push(ids.iter().map(|&id| id as usize - 1).collect());
+            // The manifest's nodes by their graphsched ids (the graph inputs come first).
+            let members = ids
+                .iter()
+                .map(|id| {
+                    manifest_index.get(id).copied().ok_or(format!(
+                        "the partition names node {id}, which is no operator node of the graph"
+                    ))
+                })
+                .collect::<Result<Vec<usize>, String>>()?;
+            clusters.push(members);
         }
         Ok((clusters, before, after))
     };
