@@ -278,12 +278,14 @@ fn kernel_contract_violations_are_reported() {
 
 #[test]
 fn zero_output_clears_reused_memory() {
+    const BYTES: usize = 128 << 10;
     let pool = pool();
     // Leave a dirty block where the run's output will go: an arena block (a run's small values
-    // take their own grains, never a slab block `acquire` handed out).
-    let p = pool.acquire(4096, false).unwrap();
-    // SAFETY: 4096 bytes just acquired.
-    unsafe { p.as_ptr().write_bytes(0xAB, 4096) };
+    // take their own grains, never a slab block `acquire` handed out), of 128 KiB (a thread's
+    // heap keeps blocks of a few KiB for its own `acquire`s across a run's start).
+    let p = pool.acquire(BYTES, false).unwrap();
+    // SAFETY: BYTES bytes just acquired.
+    unsafe { p.as_ptr().write_bytes(0xAB, BYTES) };
     // SAFETY: acquired above, not used after.
     unsafe { pool.release(p) }.unwrap();
     let mut b = GraphBuilder::new();
@@ -296,7 +298,7 @@ fn zero_output_clears_reused_memory() {
                 false => Err("output was not cleared".into()),
             }),
         )
-        .output(4096)
+        .output(BYTES)
         .zero_output(),
     )
     .unwrap();

@@ -253,12 +253,13 @@ impl Heaps {
 
     /// Gives every heap's free blocks back to the central pool: the calling thread's own as its
     /// owner (no barrier: a run whose kernels took scratch on its caller pays none at its next
-    /// start), and if `others`, the others with a visit if one of them has some.
-    pub(super) fn drain(&self, pool: &Pool, others: bool) {
+    /// start; if `keep`, but a few KiB-sized large blocks, `heap.rs`), and if `others`, the
+    /// others with a visit if one of them has some.
+    pub(super) fn drain(&self, pool: &Pool, others: bool, keep: bool) {
         let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0 || h.shared.pending();
         let own = self.own(false);
         if let Some(heap) = own.filter(|h| has_free(h)) {
-            heap.drain_own(pool);
+            heap.drain_own(pool, keep);
         }
         if others {
             self.visit(own, has_free, |st| st.drain(pool));

@@ -419,16 +419,25 @@ impl Pool {
     /// graph find the pool as the first run left it and make the same choices (and so need no
     /// new memory).
     pub fn settle(&self) {
-        self.settle_from(true);
+        self.heaps.drain(self, true, false);
+        self.coalesce();
     }
 
     /// [`settle`](Self::settle), the other threads' heaps left as they are unless `others`: a
     /// run among concurrent ones would take their free blocks from under their runs, with a
     /// process-wide barrier each time, for a repeatability runs that interleave do not have.
+    ///
+    /// The calling thread's heap keeps a few KiB-sized large blocks (`heap.rs`, `KEEP_BELOW`): a
+    /// kernel that takes scratch from the pool inside its call finds them again at every run.
     #[inline]
     pub(crate) fn settle_from(&self, others: bool) {
-        self.heaps.drain(self, others);
-        // Nothing waits to be coalesced: no lock (runs start with a settle).
+        self.heaps.drain(self, others, true);
+        self.coalesce();
+    }
+
+    /// Coalesces what waits to be (nothing: no lock, as at most runs' start).
+    #[inline]
+    fn coalesce(&self) {
         if self.published.unsettled.load(Ordering::Relaxed) {
             self.lock().settle();
         }
@@ -436,7 +445,7 @@ impl Pool {
 
     /// Gives every free byte back to the system and unmaps regions that hold no block.
     pub fn trim(&self) {
-        self.heaps.drain(self, true);
+        self.heaps.drain(self, true, false);
         let mut st = self.lock();
         st.shrink_to(0);
         st.small.unmap_empty_regions();

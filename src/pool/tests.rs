@@ -484,3 +484,36 @@ fn blocks_released_by_any_thread_while_their_owners_go_on() {
     pool.trim();
     assert_eq!(pool.stats().reserved_bytes, 0, "every block went back");
 }
+
+#[test]
+fn a_heap_keeps_few_kib_blocks_across_a_run_start_and_gives_back_bigger_ones() {
+    let pool = Pool::default();
+    let hits = || pool.stats().cache_hits;
+    let small = pool.acquire(3000, false).unwrap();
+    let big = pool.acquire(200_000, false).unwrap();
+    // SAFETY: blocks of this test, not used after their release.
+    unsafe {
+        pool.release(small).unwrap();
+        pool.release(big).unwrap();
+    }
+    // A run's start, then a miss of another size: the 200,000-byte block went back to the
+    // central pool, which serves the new size from its bytes; the 3,000-byte one stayed.
+    pool.settle_from(true);
+    let other = pool.acquire(150_000, false).unwrap();
+    assert_eq!(other, big, "the big block went back and serves another size");
+    let before = hits();
+    let again = pool.acquire(3000, false).unwrap();
+    assert_eq!(
+        (again, hits()),
+        (small, before + 1),
+        "the few-KiB block stayed in the heap"
+    );
+    // SAFETY: as above.
+    unsafe {
+        pool.release(other).unwrap();
+        pool.release(again).unwrap();
+    }
+    // `trim` (as `settle`) gives the kept blocks back too.
+    pool.trim();
+    assert_eq!(pool.stats().reserved_bytes, 0);
+}
