@@ -423,12 +423,22 @@ mod tests {
     use crate::graph::{GraphBuilder, NodeDesc};
     use std::sync::Arc;
 
+    /// Adds a node of op type `op` that does nothing, with one 8-byte output.
+    fn no_op(b: &mut GraphBuilder, name: &str, op: &str) -> u32 {
+        b.add_node(NodeDesc::new(name, op, Box::new(|_| Ok(()))).output(8))
+            .unwrap()
+    }
+
+    /// Whether `g` recomputes its priorities (replacing `old`) once the wait for a move is over.
+    fn recomputed_once_due(g: &Graph, old: &Arc<Priorities>) -> bool {
+        g.set_priorities_cost(std::time::Duration::ZERO);
+        !Arc::ptr_eq(old, &g.priorities())
+    }
+
     #[test]
     fn priorities_follow_real_moves_of_the_estimates_not_jitter() {
         let mut b = GraphBuilder::new();
-        let n = b
-            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
+        let n = no_op(&mut b, "n", "Op");
         let g = b.finalize().unwrap();
         let first = g.priorities();
         g.learn(n, 100);
@@ -443,16 +453,13 @@ mod tests {
         }
         assert_eq!(learned.staleness(&g), Staleness::Moved, "a real move");
         // Recomputed once a thousand times the last computation's time has passed.
-        g.set_priorities_cost(std::time::Duration::ZERO);
-        assert!(!Arc::ptr_eq(&learned, &g.priorities()), "a real move, recomputed");
+        assert!(recomputed_once_due(&g, &learned), "a real move, recomputed");
     }
 
     #[test]
     fn a_noisy_op_type_recomputes_on_news_not_on_its_noise() {
         let mut b = GraphBuilder::new();
-        let n = b
-            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
+        let n = no_op(&mut b, "n", "Op");
         let g = b.finalize().unwrap();
         // Kernels of 0.2 to 6 us around 1.4 us, most short and a few long (as lognormal
         // durations are): their mean deviation is about 1.9 us.
@@ -472,8 +479,7 @@ mod tests {
         for ns in noisy.iter().chain(&noisy) {
             g.learn(n, *ns);
             assert_eq!(settled.staleness(&g), Staleness::Fresh, "noise taken for a move");
-            g.set_priorities_cost(std::time::Duration::ZERO);
-            assert!(Arc::ptr_eq(&settled, &g.priorities()), "noise recomputed them");
+            assert!(!recomputed_once_due(&g, &settled), "noise recomputed them");
         }
         // Kernels three times slower: news, within a few samples.
         let mut seen = 0;
@@ -485,19 +491,14 @@ mod tests {
             }
         }
         assert!((1..=6).contains(&seen), "a 3x move took {seen} samples (0: never)");
-        g.set_priorities_cost(std::time::Duration::ZERO);
-        assert!(!Arc::ptr_eq(&settled, &g.priorities()), "a 3x move, recomputed");
+        assert!(recomputed_once_due(&g, &settled), "a 3x move, recomputed");
     }
 
     #[test]
     fn a_move_waits_for_its_share_of_the_time_and_news_does_not() {
         let mut b = GraphBuilder::new();
-        let n = b
-            .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
-        let m = b
-            .add_node(NodeDesc::new("m", "Other", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
+        let n = no_op(&mut b, "n", "Op");
+        let m = no_op(&mut b, "m", "Other");
         let g = b.finalize().unwrap();
         g.learn(n, 1_000);
         let p = g.priorities();
