@@ -282,10 +282,11 @@ impl HeapGuard<'_> {
         }
     }
 
-    /// [`drain`](Self::drain), but a few KiB-sized large blocks stay (`give_back_large`).
+    /// [`drain`](Self::drain), but a few KiB-sized large blocks stay (`give_back_large`). A heap
+    /// that keeps only those takes no lock: most runs' start.
     pub(super) fn drain_keeping(&mut self, pool: &Pool) {
         self.collect(pool);
-        if self.free_bytes > 0 {
+        if self.free_bytes > 0 && !self.keeps_all() {
             let mut central = pool.lock();
             self.give_back_small(&mut central);
             self.give_back_large(&mut central);
@@ -377,16 +378,31 @@ impl HeapState {
         }
     }
 
-    /// Gives its free large blocks back to the central pool but those below `KEEP_BELOW`, as
-    /// long as they hold at most `KEEP_BYTES`.
-    fn give_back_large(&mut self, central: &mut Locked<'_>) {
-        let kept: usize = self
-            .large
+    /// Bytes of its free large blocks below `KEEP_BELOW`: what `give_back_large` keeps, if at
+    /// most `KEEP_BYTES`.
+    fn keepable_bytes(&self) -> usize {
+        self.large
             .iter()
             .filter(|(size, _)| *size < KEEP_BELOW)
             .map(|(size, bin)| size * bin.len)
-            .sum();
-        let keep = kept <= KEEP_BYTES;
+            .sum()
+    }
+
+    /// Whether every free block it has is one `give_back_large` keeps: no small block, no large
+    /// one of `KEEP_BELOW` or more, and at most `KEEP_BYTES` of them.
+    fn keeps_all(&self) -> bool {
+        self.free_bytes == self.large_free_bytes
+            && self
+                .large
+                .iter()
+                .all(|(size, bin)| bin.is_empty() || *size < KEEP_BELOW)
+            && self.keepable_bytes() <= KEEP_BYTES
+    }
+
+    /// Gives its free large blocks back to the central pool but those below `KEEP_BELOW`, as
+    /// long as they hold at most `KEEP_BYTES`.
+    fn give_back_large(&mut self, central: &mut Locked<'_>) {
+        let keep = self.keepable_bytes() <= KEEP_BYTES;
         for (size, bin) in &mut self.large {
             if keep && *size < KEEP_BELOW {
                 continue;

@@ -4,8 +4,10 @@
 //! **The model.** Each thread that acquires from a pool gets a heap of its own for that pool:
 //! free blocks at hand, by size, and a table of the blocks it handed out. The central pool lends
 //! blocks to heaps (it records them as lent, neither live nor free) and takes them back when a
-//! heap holds too many, when it misses on a large size (its large free blocks go back first, to
-//! be coalesced), and when the pool settles, trims or is capped. A pair of acquire and release
+//! heap holds too many, when it misses on a large size (the smallest larger free block first,
+//! then its large free blocks but up to 64 KiB of few-KiB ones, to be coalesced: `heap.rs`),
+//! when a run starts (the same, its small blocks too), and when the pool settles, trims or is
+//! capped (everything). A pair of acquire and release
 //! on one thread touches its own heap only: no lock another thread takes in the meantime, no
 //! counter that two threads write.
 //!

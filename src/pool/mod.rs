@@ -103,6 +103,9 @@ struct Published {
     parked: AtomicU64,
     /// Whether released blocks wait to be coalesced (`Pool::settle` has work to do).
     unsettled: AtomicBool,
+    /// How many times the central lock was taken (tests of the paths that must not).
+    #[cfg(test)]
+    locks: AtomicU64,
     /// The highest live bytes seen: `live - parked` plus the heaps' bytes out. Raised (fetch_max)
     /// by the central pool under its lock and by `unpark` without it.
     peak_live: AtomicU64,
@@ -415,9 +418,11 @@ impl Pool {
         damage.map_or(Ok(()), Err)
     }
 
-    /// Coalesces every cached block. Runs call it as they start, so that repeated runs of a
-    /// graph find the pool as the first run left it and make the same choices (and so need no
-    /// new memory).
+    /// Coalesces every cached block, every thread heap's included, so that what comes next
+    /// finds the pool as if each block had gone back to it at once. Runs start with
+    /// [`settle_from`](Self::settle_from), which is the same but for what a thread heap keeps at
+    /// hand: repeated runs of a graph find the pool as the first run left it, make the same
+    /// choices, and so need no new memory.
     pub fn settle(&self) {
         self.heaps.drain(self, true, false);
         self.coalesce();
@@ -488,6 +493,8 @@ impl Pool {
     }
 
     fn lock(&self) -> Locked<'_> {
+        #[cfg(test)]
+        self.published.locks.fetch_add(1, Ordering::Relaxed);
         // Every update under the lock completes before anything can panic, so a poisoned lock
         // (a panic elsewhere in the holder's thread) leaves consistent state.
         let state = self.try_state().unwrap_or_else(|| self.wait_for_state());

@@ -517,3 +517,28 @@ fn a_heap_keeps_few_kib_blocks_across_a_run_start_and_gives_back_bigger_ones() {
     pool.trim();
     assert_eq!(pool.stats().reserved_bytes, 0);
 }
+
+#[test]
+fn a_run_start_takes_no_lock_when_the_heap_keeps_only_few_kib_blocks() {
+    let pool = Pool::default();
+    let locks = || pool.published.locks.load(Ordering::Relaxed);
+    let small = pool.acquire(3000, false).unwrap();
+    // SAFETY: a block of this test, not used after its release.
+    unsafe { pool.release(small).unwrap() };
+    pool.settle_from(true);
+    let before = locks();
+    // The heap keeps the 3,000-byte block: a run's start has nothing to give back.
+    pool.settle_from(true);
+    assert_eq!(locks(), before, "a run's start took the central lock for nothing");
+    assert_eq!(pool.acquire(3000, false).unwrap(), small, "the block stayed at hand");
+    // A block the heap does not keep (a small slab block) still goes back, under the lock.
+    let slab = pool.acquire(64, false).unwrap();
+    // SAFETY: as above.
+    unsafe {
+        pool.release(slab).unwrap();
+        pool.release(small).unwrap();
+    }
+    let before = locks();
+    pool.settle_from(true);
+    assert!(locks() > before, "the slab block went back to the central pool");
+}

@@ -59,6 +59,10 @@ struct Cached {
 /// 1% of the runs' time. Something new (`Staleness::New`) recomputes at once.
 const RECOMPUTE_SHARE: u32 = 1000;
 
+/// The sample count [`Graph::current_priorities`] gives priorities kept while a move waits: no
+/// count of learned samples equals it, so that whoever keeps them asks again.
+const NOT_CURRENT: u64 = u64::MAX;
+
 /// The scheduler's per-graph state.
 struct Learned {
     /// Per op type: an exponential moving average of measured durations, in ns; 0 until the
@@ -311,8 +315,9 @@ impl Graph {
                     c.checked = samples;
                     return (c.prio.clone(), samples);
                 }
-                // Not marked current: the next run checks again.
-                Staleness::Moved if c.at.elapsed() < c.cost * RECOMPUTE_SHARE => return (c.prio.clone(), samples),
+                // Not current: the next run checks again, even one that kept them in its
+                // arrays and learned nothing since (or never learns: frozen estimates).
+                Staleness::Moved if c.at.elapsed() < c.cost * RECOMPUTE_SHARE => return (c.prio.clone(), NOT_CURRENT),
                 _ => {}
             }
         }
@@ -510,6 +515,11 @@ mod tests {
         }
         assert_eq!(p.staleness(&g), Staleness::Moved);
         assert!(Arc::ptr_eq(&p, &g.priorities()), "a move recomputed before its time");
+        // Kept while the move waits, but never marked current: a run's arrays that hold them
+        // ask again at the next run, learned samples or not.
+        let (kept, current_for) = g.current_priorities();
+        assert!(Arc::ptr_eq(&p, &kept));
+        assert_ne!(current_for, g.learned_samples(), "a waiting move marked current");
         // Something new (the other op type's first measurement) recomputes at once.
         g.learn(m, 1_000);
         assert_eq!(p.staleness(&g), Staleness::New);
