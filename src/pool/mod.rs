@@ -419,10 +419,9 @@ impl Pool {
     }
 
     /// Coalesces every cached block, every thread heap's included, so that what comes next
-    /// finds the pool as if each block had gone back to it at once. Runs start with
-    /// [`settle_from`](Self::settle_from), which is the same but for what a thread heap keeps at
-    /// hand: repeated runs of a graph find the pool as the first run left it, make the same
-    /// choices, and so need no new memory.
+    /// finds the pool as if each block had gone back to it at once. Runs start with the same
+    /// but for what a thread heap keeps at hand: repeated runs of a graph find the pool as the
+    /// first run left it, make the same choices, and so need no new memory.
     pub fn settle(&self) {
         self.heaps.drain(self, true, false);
         self.coalesce();
