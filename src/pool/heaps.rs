@@ -7,9 +7,8 @@
 //! heap holds too many, when it misses on a large size (the smallest larger free block first,
 //! then its large free blocks but up to 64 KiB of few-KiB ones, to be coalesced: `heap.rs`),
 //! when a run starts (the same, its small blocks too), and when the pool settles, trims or is
-//! capped (everything). A pair of acquire and release
-//! on one thread touches its own heap only: no lock another thread takes in the meantime, no
-//! counter that two threads write.
+//! capped (everything). A pair of acquire and release on one thread touches its own heap only:
+//! no lock another thread takes in the meantime, no counter that two threads write.
 //!
 //! **Invariants.**
 //! - A heap's state is guarded by the heap's own lock (`heap_lock.rs`), biased to its owner.
