@@ -76,3 +76,33 @@ fn a_chain_under_a_memory_limit_keeps_the_executor() {
     assert_eq!(threads, 2, "admission on an executor is what the caller asked for");
     assert_eq!(tracks.len(), 10);
 }
+
+/// Forced onto the executor, a chain still stays on one thread: each node's successor is the
+/// only ready node, so however much less urgent its band is (under the bottom-level policy the
+/// successors of a chain fall band after band), nothing queued comes before it, and its
+/// producer's thread runs it at once instead of queueing it and waking another thread.
+#[test]
+fn a_chain_forced_onto_the_executor_keeps_each_successor_on_its_thread() {
+    let g = graph(20, &(0..19).map(|i| (i, i + 1)).collect::<Vec<_>>());
+    let executor = Executor::new(2).unwrap();
+    let pool = Arc::new(Pool::default());
+    for _ in 0..50 {
+        let result = graphsched::run(
+            &g,
+            &pool,
+            &RunOptions {
+                executor: Some(&executor),
+                trace: true,
+                force_executor: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let tracks: Vec<u32> = result.events().iter().map(|e| e.thread).collect();
+        assert_eq!(tracks.len(), 20);
+        assert!(
+            tracks.iter().all(|&t| t == tracks[0]),
+            "a successor went to another thread: {tracks:?}"
+        );
+    }
+}

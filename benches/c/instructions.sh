@@ -24,7 +24,7 @@ have_tbb=0
 if cmake --build "$build" -j "${JOBS:-1}" --target overhead_tbb >/dev/null 2>&1; then have_tbb=1; fi
 
 workloads=("$@")
-[ ${#workloads[@]} -eq 0 ] && workloads=(chain fanout tree layered single)
+[ ${#workloads[@]} -eq 0 ] && workloads=(chain fanout tree layered single pair)
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 
@@ -108,7 +108,7 @@ count() {
   # follow from the unit (us/run: 1000 or 10000 runs of a small graph).
   echo "$line" | awk -v total="$total" -v hooks="$hooks" -v atomics="$atomics" -v name="$name" '{
     nodes = substr($5, 2) + 0
-    runs = ($4 == "us/run") ? (($2 ~ /single/) ? 10000 : 1000) : 1
+    runs = ($4 == "us/run") ? (($2 ~ /_x10k/) ? 10000 : 1000) : 1
     printf "%-14s %-16s %10.0f instructions/node", name, $2, total / (5 * runs * nodes)
     if (hooks > 0) printf " (%.0f without the checker hooks)", (total - hooks) / (5 * runs * nodes)
     printf ", %.2f locked\n", atomics / (5 * runs * nodes)

@@ -162,6 +162,14 @@ static void oh_single(oh_workload *w, uint32_t runs) {
   w->pred_start[1] = 0;
 }
 
+/* 6. two nodes, the second reading the first, re-run: a run's round trip plus one handover. */
+static void oh_pair(oh_workload *w, uint32_t runs) {
+  oh_init(w, "pair_x10k", "us/run", 2, 1, runs);
+  w->pred_start[1] = 0;
+  w->preds[0] = 0;
+  w->pred_start[2] = 1;
+}
+
 static uint64_t oh_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -185,7 +193,7 @@ static void oh_report(const char *sys, const oh_workload *w, uint64_t median_ns)
     v = (double)median_ns / (double)w->num_nodes;
   else
     v = (double)median_ns / 1000.0 / (double)w->runs_per_rep;
-  printf("%-10s %-16s %10.2f %-8s (%u nodes, median of %d)\n", sys, w->name, v, w->unit,
+  printf("%-10s %-16s %10.3f %-8s (%u nodes, median of %d)\n", sys, w->name, v, w->unit,
          w->num_nodes, OH_REPS);
   fflush(stdout);
 }

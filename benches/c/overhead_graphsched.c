@@ -124,6 +124,8 @@ int main(int argc, char **argv) {
   maybe_bench(ex, pool, &w);
   oh_single(&w, 10000);
   maybe_bench(ex, pool, &w);
+  oh_pair(&w, 10000);
+  maybe_bench(ex, pool, &w);
 
   gs_pool_free(pool);
   gs_executor_free(ex);

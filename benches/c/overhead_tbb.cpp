@@ -76,5 +76,7 @@ int main(int argc, char **argv) {
   maybe_bench(arena, &w);
   oh_single(&w, 10000);
   maybe_bench(arena, &w);
+  oh_pair(&w, 10000);
+  maybe_bench(arena, &w);
   return 0;
 }

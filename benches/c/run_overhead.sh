@@ -29,7 +29,7 @@ cmake --build "$build" -j "$jobs" --target overhead_graphsched || have_gs=0
 status=0
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-workloads=(chain fanout tree layered single)
+workloads=(chain fanout tree layered single pair)
 
 # one CONFIG ROUND SYSTEM ENV... -- PROGRAM WORKLOAD: runs one workload, prints its line and
 # keeps it tagged with its configuration and round.

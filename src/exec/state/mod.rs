@@ -325,9 +325,9 @@ impl<'r> RunState<'r> {
         self.band_offset == 0
     }
 
-    /// Which of the nodes `node` just made ready its thread runs next (see
-    /// [`Priorities::continuation`]).
-    pub(super) fn continuation(&self, node: u32, ready: &[u32]) -> Option<u32> {
+    /// Which of the nodes `node` just made ready its thread runs next ([`Priorities::continuation`]);
+    /// `queued` gives the most critical queue band that may hold a task (None: none may).
+    pub(super) fn continuation(&self, node: u32, ready: &[u32], queued: impl FnOnce() -> Option<usize>) -> Option<u32> {
         // While a high-priority run goes on the threads, a normal run's successors take their
         // turn in the queues, behind its nodes.
         if !self.urgent()
@@ -338,6 +338,9 @@ impl<'r> RunState<'r> {
         {
             return None;
         }
-        self.prio.continuation(self.policy, node, ready)
+        // Queue bands are the policy's, after the urgent runs' (`band`): a task of an urgent run
+        // is more critical than any of a normal one.
+        let queued = || queued().map(|band| band.saturating_sub(self.band_offset));
+        self.prio.continuation(self.policy, node, ready, queued)
     }
 }
