@@ -388,15 +388,11 @@ impl HeapState {
             .sum()
     }
 
-    /// Whether every free block it has is one `give_back_large` keeps: no small block, no large
-    /// one of `KEEP_BELOW` or more, and at most `KEEP_BYTES` of them.
+    /// Whether every free block it has is one `give_back_large` keeps: all its free bytes are
+    /// in large blocks below `KEEP_BELOW` (no small block, no larger one), at most `KEEP_BYTES`.
     fn keeps_all(&self) -> bool {
-        self.free_bytes == self.large_free_bytes
-            && self
-                .large
-                .iter()
-                .all(|(size, bin)| bin.is_empty() || *size < KEEP_BELOW)
-            && self.keepable_bytes() <= KEEP_BYTES
+        let keepable = self.keepable_bytes();
+        self.free_bytes == keepable && keepable <= KEEP_BYTES
     }
 
     /// Gives its free large blocks back to the central pool but those below `KEEP_BELOW`, as

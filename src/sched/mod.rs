@@ -479,22 +479,17 @@ mod tests {
         // A chain a -> b -> c: under the bottom-level policy b falls in a less urgent band than
         // a, so it runs next on a's thread only if the queues hold nothing at least as urgent.
         let mut gb = GraphBuilder::new();
-        let a = gb
-            .add_node(NodeDesc::new("a", "Op", Box::new(|_| Ok(()))).output(8))
-            .unwrap();
-        let b = gb
-            .add_node(
-                NodeDesc::new("b", "Op", Box::new(|_| Ok(())))
-                    .input(ValueRef::new(a, 0))
-                    .output(8),
-            )
-            .unwrap();
-        gb.add_node(
-            NodeDesc::new("c", "Op", Box::new(|_| Ok(())))
-                .input(ValueRef::new(b, 0))
-                .output(8),
-        )
-        .unwrap();
+        let mut add = |name: &str, input: Option<u32>| {
+            let d = NodeDesc::new(name, "Op", Box::new(|_| Ok(()))).output(8);
+            gb.add_node(match input {
+                Some(from) => d.input(ValueRef::new(from, 0)),
+                None => d,
+            })
+            .unwrap()
+        };
+        let a = add("a", None);
+        let b = add("b", Some(a));
+        add("c", Some(b));
         let g = gb.finalize().unwrap();
         let p = g.priorities();
         let level = Policy::BottomLevel;
