@@ -17,7 +17,9 @@
 //! partition the search keeps simulates, as a cluster graph on the given threads and under the
 //! memory limit, no slower than the one before it, and the search starts from the graph itself
 //! (one node a cluster). So the result is never slower in simulation than the graph
-//! unpartitioned, and it fits the limit whenever the graph does. How the search goes:
+//! unpartitioned, and it fits the limit whenever the graph does with each node costing at least
+//! one call; at or above the graph's max-live bound (`Graph::lowest_live_order`), always, since
+//! admission completes there in any order. How the search goes:
 //! `partition::search`; how a partition becomes a graph: `partition::quotient`.
 //!
 //! This layer reads `graph`, `sched` (the estimates) and `sim`; nothing below knows about it.
@@ -145,8 +147,10 @@ pub fn partition(graph: &Graph, options: &PartitionOptions) -> Result<Partition>
     let start = match search::evaluate(graph, singletons, clusters, &costs, &sim)? {
         Some(start) => start,
         // Singletons are convex: the limit is what failed. The graph's own simulation says why,
-        // naming the node.
-        None => return crate::sim::simulate(graph, &sim).and_then(|_| unreachable_fit()),
+        // naming the node; if it fits, the calls' cost is what changed the order.
+        None => {
+            return crate::sim::simulate(graph, &sim).and_then(|_| unfit_with_calls(graph, options));
+        }
     };
     let before = start.sim;
     let found = search::search(graph, start, &costs, &sim)?;
@@ -203,8 +207,21 @@ fn check(graph: &Graph, options: &PartitionOptions) -> Result<()> {
     Ok(())
 }
 
-fn unreachable_fit<T>() -> Result<T> {
-    err(ErrorKind::MemoryLimit, "the graph does not fit the memory limit")
+/// The refusal of a graph that fits the limit with its own durations but not once each node
+/// costs at least one call: its nodes then run in another order, which admission may take below
+/// the graph's max-live bound.
+fn unfit_with_calls<T>(graph: &Graph, options: &PartitionOptions) -> Result<T> {
+    err(
+        ErrorKind::MemoryLimit,
+        format!(
+            "{} does not fit the {}-byte memory limit once each node costs at least one call of {} ns \
+             (its nodes then run in another order); at or above its max-live bound, {} bytes, it always fits",
+            graph.describe(),
+            options.memory_limit_bytes,
+            options.call_cost_ns,
+            graph.lowest_live_order().peak
+        ),
+    )
 }
 
 /// One cluster per operator node, numbered in node id order.
