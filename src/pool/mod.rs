@@ -556,3 +556,11 @@ fn run_owned_message(ptr: *const u8) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+impl Pool {
+    /// Visits of its thread heaps so far: tests of the paths that must not visit.
+    pub(crate) fn heap_visits(&self) -> u32 {
+        self.heaps.visits()
+    }
+}

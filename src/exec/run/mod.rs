@@ -8,6 +8,8 @@ mod options;
 pub(in crate::exec) mod outcome;
 mod result;
 pub(in crate::exec) mod stopwatch;
+#[cfg(test)]
+mod tests;
 
 pub use options::{CancelToken, InputBinding, RunOptions, INPUT_BINDING_TENSOR_OFFSET};
 pub use result::RunResult;
@@ -105,10 +107,15 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     };
     let os_allocs_before = pool.os_allocs();
     // Start from a settled pool, so that repeated runs make the same placement choices. Not
-    // from the other threads' heaps while runs queue in the budget: those run at once, and a
-    // settle would take their threads' blocks from under them with a process-wide barrier each
-    // time (cls served at 8 clients: 3% of the CPU in the kernel's barrier alone).
-    pool.settle_from(!budget.is_some_and(|b| b.crowded()));
+    // from the other threads' heaps while other runs are inside the budget or queue there:
+    // those run at once, and a settle would take their threads' blocks from under them with a
+    // process-wide barrier each time (cls served at 8 clients: 3% of the CPU in the kernel's
+    // barrier alone), holding the heaps' locks while it does: their owners, inside kernels
+    // that take scratch from the pool, wait, and on a machine with more threads than cores
+    // they wait for a visitor the OS has preempted (cls served at 4 clients on 2 cores: ten
+    // yields a request).
+    let own = entry.as_ref().map_or(0, |e| e.bytes());
+    pool.settle_from(!budget.is_some_and(|b| b.others_inside(own)));
     let threads = executor.map_or(1, Executor::threads);
     arrays.fit_caches(crate::exec::memory::cache::cache_count(
         pool,

@@ -60,6 +60,9 @@ pub(in crate::exec) struct Budget {
     bytes: AtomicU64,
     /// Whether runs wait in the queue, mirrored out of the books (a hint, read without the lock).
     crowded: AtomicBool,
+    /// The bytes reserved, mirrored out of the books (a hint, read without the lock): whether
+    /// other runs are inside.
+    reserved: AtomicU64,
     state: Mutex<Books>,
 }
 
@@ -147,7 +150,7 @@ impl Budget {
     /// starts the prepared runs let in.
     fn release_and_wake(&self, mut b: MutexGuard<'_, Books>, starter: &dyn StartRuns) {
         let Admitted { callers, starts } = b.admit();
-        self.crowded.store(b.crowded(), Ordering::Relaxed);
+        self.mirror(&b);
         drop(b);
         for thread in callers {
             thread.unpark();
@@ -155,6 +158,12 @@ impl Budget {
         if !starts.is_empty() {
             starter.start_runs(starts);
         }
+    }
+
+    /// Copies what runs read without the lock out of the books.
+    fn mirror(&self, b: &Books) {
+        self.crowded.store(b.crowded(), Ordering::Relaxed);
+        self.reserved.store(b.reserved, Ordering::Relaxed);
     }
 
     /// Sets the budget (0: none). Runs inside keep their reservations; the queue looks again.
@@ -170,9 +179,10 @@ impl Budget {
         self.bytes.load(Ordering::Relaxed) != 0
     }
 
-    /// Whether runs wait in the queue now (as last seen: a hint).
-    pub(in crate::exec) fn crowded(&self) -> bool {
-        self.crowded.load(Ordering::Relaxed)
+    /// Whether runs other than one holding `own` bytes of reservation are inside or wait in
+    /// the queue now (as last seen: a hint).
+    pub(in crate::exec) fn others_inside(&self, own: u64) -> bool {
+        self.crowded.load(Ordering::Relaxed) || self.reserved.load(Ordering::Relaxed) > own
     }
 
     /// Gives back `bytes` of reservation (a run left); lets in what now fits.
@@ -259,6 +269,7 @@ impl Budget {
         }
         Budget::refuse(&b, need, &who)?;
         if b.enter_now(need, urgent) {
+            self.mirror(&b);
             return Ok(Some(self.entry(need, starter, 0, false)));
         }
         let start = Instant::now();
@@ -306,6 +317,7 @@ impl Budget {
         }
         Budget::refuse(&b, need, &who)?;
         if b.enter_now(need, urgent) {
+            self.mirror(&b);
             return Ok(Entered::Now(self.entry(need, starter, 0, false)));
         }
         b.queue(need, urgent, Waiter::Prepared(start));
