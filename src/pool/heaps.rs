@@ -88,7 +88,8 @@ thread_local! {
     static ATTACHED: RefCell<Attached> = const { RefCell::new(Attached(Vec::new())) };
     /// The heap this thread used last, with its pool's uid: saves a search of `ATTACHED`. The
     /// pointer is good whenever the uid matches a pool being called: that pool lives, and its
-    /// list holds every heap ever made for it.
+    /// list holds every heap ever made for it. A null pointer with the uid: the thread has no
+    /// heap for that pool (yet).
     static LAST: Cell<(u64, *const Heap)> = const { Cell::new((0, ptr::null())) };
 }
 
@@ -145,8 +146,13 @@ impl Heaps {
         }
         let (uid, last) = LAST.try_with(Cell::get).unwrap_or((0, ptr::null()));
         if uid == self.uid {
-            // SAFETY: see `LAST`: this pool is alive (`&self`) and holds the heap.
-            return Some(unsafe { &*last });
+            if !last.is_null() {
+                // SAFETY: see `LAST`: this pool is alive (`&self`) and holds the heap.
+                return Some(unsafe { &*last });
+            }
+            if !create {
+                return None;
+            }
         }
         self.own_slow(create)
     }
@@ -162,6 +168,9 @@ impl Heaps {
                     return Some(Arc::as_ptr(heap));
                 }
                 if !create {
+                    // Remembered: a thread that never acquires from the pool itself (a run's
+                    // caller, whose values come from the run's own paths) asks at every run.
+                    let _ = LAST.try_with(|l| l.set((self.uid, ptr::null())));
                     return None;
                 }
                 let heap = self.attach();

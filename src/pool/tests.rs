@@ -542,3 +542,30 @@ fn a_run_start_takes_no_lock_when_the_heap_keeps_only_few_kib_blocks() {
     pool.settle_from(true);
     assert!(locks() > before, "the slab block went back to the central pool");
 }
+
+/// A thread that looked for its heap before it had one (a settle, as every run's start does)
+/// still gets one at its first acquire: the pool remembers "none" only until then.
+#[test]
+fn a_thread_that_had_no_heap_gets_one_at_its_first_acquire() {
+    let pool = Pool::default();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            pool.settle();
+            let heaps = pool.heaps.count();
+            let pair = || {
+                let p = pool.acquire(64, false).unwrap();
+                // SAFETY: acquired above, not used after.
+                unsafe { pool.release(p) }.unwrap();
+            };
+            pair();
+            assert_eq!(
+                pool.heaps.count(),
+                heaps + 1,
+                "the first acquire made the thread a heap"
+            );
+            let hits = pool.stats().cache_hits;
+            pair();
+            assert_eq!(pool.stats().cache_hits, hits + 1, "the second acquire came from it");
+        });
+    });
+}
