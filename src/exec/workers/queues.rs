@@ -6,7 +6,8 @@
 //! **Deque sets.** Each worker owns one set for its life. A thread that calls `run` borrows one of
 //! [`CALLER_SETS`] sets for the run (one `try_lock`), pushes its ready nodes there and pops them
 //! back with no shared queue in between; a caller that finds every set taken uses the shared
-//! queues. Every thread steals from every set, the borrowed ones included. A caller gives its set
+//! queues. A callers' set gets its deques when first borrowed: a set is a deque per band, about 48 KB
+//! of an executor's heap, and most programs have one calling thread, or none that borrows. Every thread steals from every set, the borrowed ones included. A caller gives its set
 //! back with nothing in it: tasks of other runs it took on move to the shared queues.
 //!
 //! **Band masks are hints, never the truth.** `has_work`, which decides whether a thread may
@@ -18,7 +19,7 @@
 //!   take that empties it ([`overflow`](crate::exec::workers::overflow)): a queued task never stays behind a lowered bit.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 
 use crossbeam_deque::{Steal, Stealer, Worker};
 
@@ -49,13 +50,16 @@ pub(in crate::exec) struct Queues {
     overflowing: CachePadded<AtomicU32>,
     /// The workers' sets, then the callers'.
     sets: Vec<SetShared>,
-    /// The deques of the callers' sets, `sets[workers + i]`, owned by the thread holding the lock.
+    /// The deques of the callers' sets, `sets[workers + i]`, owned by the thread holding the lock;
+    /// none until the set is first borrowed.
     caller_sets: Vec<Mutex<Vec<Worker<Task>>>>,
 }
 
 /// What every thread sees of a deque set.
 struct SetShared {
-    stealers: Vec<Stealer<Task>>,
+    /// Set once the set has its deques (a callers' set, when first borrowed): before that its
+    /// mask is 0 and nobody looks here.
+    stealers: OnceLock<Box<[Stealer<Task>]>>,
     /// Bands the owner may have tasks queued in (see the module docs).
     mask: CachePadded<AtomicU32>,
 }
@@ -118,24 +122,28 @@ fn band_deques() -> Vec<Worker<Task>> {
     (0..QUEUE_BANDS).map(|_| Worker::new_fifo()).collect()
 }
 
+fn stealers_of(deques: &[Worker<Task>]) -> Box<[Stealer<Task>]> {
+    deques.iter().map(Worker::stealer).collect()
+}
+
 impl Queues {
     /// Queues for `workers` workers, whose deque sets are returned in order.
     pub(crate) fn new(workers: usize) -> (Queues, Vec<Vec<Worker<Task>>>) {
         let worker_sets: Vec<Vec<Worker<Task>>> = (0..workers).map(|_| band_deques()).collect();
-        let caller_sets: Vec<Vec<Worker<Task>>> = (0..CALLER_SETS).map(|_| band_deques()).collect();
+        let set = |stealers: OnceLock<_>| SetShared {
+            stealers,
+            mask: CachePadded(AtomicU32::new(0)),
+        };
         let sets = worker_sets
             .iter()
-            .chain(&caller_sets)
-            .map(|deques| SetShared {
-                stealers: deques.iter().map(Worker::stealer).collect(),
-                mask: CachePadded(AtomicU32::new(0)),
-            })
+            .map(|deques| set(OnceLock::from(stealers_of(deques))))
+            .chain((0..CALLER_SETS).map(|_| set(OnceLock::new())))
             .collect();
         let queues = Queues {
             overflow: (0..QUEUE_BANDS).map(|_| Overflow::new()).collect(),
             overflowing: CachePadded(AtomicU32::new(0)),
             sets,
-            caller_sets: caller_sets.into_iter().map(Mutex::new).collect(),
+            caller_sets: (0..CALLER_SETS).map(|_| Mutex::new(Vec::new())).collect(),
         };
         (queues, worker_sets)
     }
@@ -150,11 +158,17 @@ impl Queues {
         let workers = self.sets.len() - CALLER_SETS;
         self.caller_sets.iter().enumerate().find_map(|(i, set)| {
             // A set whose borrower panicked was emptied on the way out (`Drop`): usable.
-            let deques = match set.try_lock() {
+            let mut deques = match set.try_lock() {
                 Ok(deques) => deques,
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(TryLockError::WouldBlock) => return None,
             };
+            if deques.is_empty() {
+                *deques = band_deques();
+                // Under the set's lock, so once: its stealers are published before its owner
+                // queues anything (and raises its mask).
+                let _ = self.sets[workers + i].stealers.set(stealers_of(&deques));
+            }
             Some(Borrowed {
                 queues: self,
                 index: workers + i,
@@ -285,7 +299,10 @@ impl Queues {
                 if Some(victim) == mine || self.sets[victim].mask.load(Ordering::Relaxed) & bit == 0 {
                     continue;
                 }
-                let stealer = &self.sets[victim].stealers[band];
+                // A set with a mask bit up has its deques.
+                let Some(stealer) = self.sets[victim].stealers.get().map(|s| &s[band]) else {
+                    continue;
+                };
                 // Emptiness first: a steal attempt pins crossbeam's epoch (a fence and a
                 // thread-local access) even on an empty deque.
                 while !stealer.is_empty() {
@@ -316,6 +333,11 @@ impl Queues {
 
     /// Whether any task is queued anywhere (the queues themselves, not the masks).
     pub(crate) fn has_work(&self) -> bool {
-        self.overflow.iter().any(|o| !o.is_empty()) || self.sets.iter().flat_map(|s| &s.stealers).any(|s| !s.is_empty())
+        self.overflow.iter().any(|o| !o.is_empty())
+            || self
+                .sets
+                .iter()
+                .flat_map(|s| s.stealers.get().into_iter().flatten())
+                .any(|s| !s.is_empty())
     }
 }
