@@ -341,3 +341,37 @@ impl Queues {
                 .any(|s| !s.is_empty())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(node: u32) -> Task {
+        Task::Node {
+            run: std::ptr::null(),
+            node,
+            reserved: false,
+        }
+    }
+
+    /// A callers' set, made when first borrowed, is where thieves and the sleep check look; a
+    /// set given back and borrowed again keeps its deques. Fails if the new set's stealers are
+    /// not published.
+    #[test]
+    fn a_callers_set_made_when_first_borrowed_is_seen_by_thieves() {
+        let (queues, workers) = Queues::new(1);
+        assert!(!queues.has_work());
+        for round in 0..2 {
+            let borrowed = queues.borrow().expect("a free set");
+            queues.push([(3, node(round))], Some(borrowed.local()));
+            assert!(queues.has_work(), "the sleep check sees the set's task");
+            let thief = queues.worker_local(0, &workers[0]);
+            match queues.find(Some(thief), |_| 0) {
+                Some(Task::Node { node, .. }) => assert_eq!(node, round),
+                _ => panic!("the worker found nothing in the caller's set"),
+            }
+            assert!(!queues.has_work());
+            borrowed.give_back();
+        }
+    }
+}
