@@ -4,6 +4,9 @@
 # machine, where the same binary's times drift by 2x from one minute to the next, only programs
 # run side by side, many times, compare. The other revision is built in a git worktree beside the
 # repository (removed afterwards).
+# Check the tool first with REV = HEAD (the same source, built in the worktree): binaries built
+# in the two places differ by themselves on some rows (2026-12-04: the fan-out forced onto 2
+# threads read 1.09x against itself; every other row 0.99-1.04x).
 # Usage: benches/c/compare_overhead.sh REV [ROUNDS] [THREADS]
 #   THREADS: 2 (default), 1, seq (graphsched without an executor, against oneTBB on 1), or
 #   forced (graphsched kept on its 2 threads, GS_RUN_FORCE_EXECUTOR, against oneTBB on 2).
@@ -37,10 +40,15 @@ run() {
   fi
   env "${env[@]}" "$2" | awk -v who="$1" '{ print who, $2, $3, $4 }' >> "$out"
 }
-for _ in $(seq "$rounds"); do
-  run tbb "$build/benches/c/overhead_tbb"
-  run "$rev" "$other/build-bench/benches/c/overhead_graphsched"
-  run here "$build/benches/c/overhead_graphsched"
+# The order rotates by round, so that a program's place in the sequence (what ran just before it)
+# does not fall on one side of every pair.
+programs=(tbb "$rev" here)
+paths=("$build/benches/c/overhead_tbb" "$other/build-bench/benches/c/overhead_graphsched" "$build/benches/c/overhead_graphsched")
+for round in $(seq "$rounds"); do
+  for k in 0 1 2; do
+    i=$(( (round + k) % 3 ))
+    run "${programs[$i]}" "${paths[$i]}"
+  done
 done
 
 echo "threads $threads, $rounds rounds: minimum (median); ratios of minimums, and medians of each round's ratio"
