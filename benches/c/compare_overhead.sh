@@ -6,7 +6,7 @@
 # repository (removed afterwards).
 # Check the tool first with REV = HEAD (the same source, built in the worktree): binaries built
 # in the two places differ by themselves on some rows (2026-12-04: the fan-out forced onto 2
-# threads read 1.09x against itself; every other row 0.99-1.04x).
+# threads read 1.09x against itself, the minimums 1.16x).
 # Usage: benches/c/compare_overhead.sh REV [ROUNDS] [THREADS]
 #   THREADS: 2 (default), 1, seq (graphsched without an executor, against oneTBB on 1), or
 #   forced (graphsched kept on its 2 threads, GS_RUN_FORCE_EXECUTOR, against oneTBB on 2).
