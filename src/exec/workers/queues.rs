@@ -6,9 +6,10 @@
 //! **Deque sets.** Each worker owns one set for its life. A thread that calls `run` borrows one of
 //! [`CALLER_SETS`] sets for the run (one `try_lock`), pushes its ready nodes there and pops them
 //! back with no shared queue in between; a caller that finds every set taken uses the shared
-//! queues. A callers' set gets its deques when first borrowed: a set is a deque per band, about 48 KB
-//! of an executor's heap, and most programs have one calling thread, or none that borrows. Every thread steals from every set, the borrowed ones included. A caller gives its set
-//! back with nothing in it: tasks of other runs it took on move to the shared queues.
+//! queues. A callers' set gets its deques when first borrowed: a set is a deque per band, about
+//! 48 KB of an executor's heap, and most programs have one calling thread, or none that borrows.
+//! Every thread steals from every set, the borrowed ones included. A caller gives its set back
+//! with nothing in it: tasks of other runs it took on move to the shared queues.
 //!
 //! **Band masks are hints, never the truth.** `has_work`, which decides whether a thread may
 //! sleep, looks at the queues themselves, so a stale mask costs a look, never a lost task.
