@@ -274,6 +274,25 @@ impl HeapGuard<'_> {
         st.collected = got;
     }
 
+    /// Takes back a block it has out; false if it has no such block out. A block whose bin has
+    /// room goes there inline; one that needs a new bin or goes back to the central pool, out
+    /// of line.
+    #[inline]
+    pub(super) fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
+        let heap = self.heap;
+        let st = &mut **self;
+        let Some(out) = st.out.remove(&heap.shared, addr) else {
+            return false;
+        };
+        if sanitize::active() {
+            // Before the block goes to the bin, from where it may be handed out again.
+            sanitize::retire(pool.mempool, addr as *const u8);
+            sanitize::hide(addr as *const u8, out.block);
+        }
+        st.put_back(pool, addr, out);
+        true
+    }
+
     /// Gives its free blocks back to the central pool, those other threads released included.
     pub(super) fn drain(&mut self, pool: &Pool) {
         self.collect(pool);
@@ -441,23 +460,6 @@ impl HeapState {
                 .map(|(_, bin)| bin),
             c => Some(&mut self.small[usize::from(c - 1)]),
         }
-    }
-
-    /// Takes back a block it has out; false if it has no such block out. A block whose bin has
-    /// room goes there inline; one that needs a new bin or goes back to the central pool, out
-    /// of line.
-    #[inline]
-    pub(super) fn take_back(&mut self, pool: &Pool, addr: usize) -> bool {
-        let Some(out) = self.out.remove(addr) else {
-            return false;
-        };
-        if sanitize::active() {
-            // Before the block goes to the bin, from where it may be handed out again.
-            sanitize::retire(pool.mempool, addr as *const u8);
-            sanitize::hide(addr as *const u8, out.block);
-        }
-        self.put_back(pool, addr, out);
-        true
     }
 
     /// Counts `addr` (handed out as `out`, now hidden from the checkers) as released and puts
