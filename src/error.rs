@@ -50,9 +50,14 @@ pub enum ErrorKind {
     BufferOverrun,
 }
 
-/// An error with a sentence naming the node, value or argument at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error {
+/// An error with a sentence naming the node, value or argument at fault. One pointer wide:
+/// a `Result` of a pointer or a number then comes back in registers, not through memory (the
+/// pool's acquire, on every call).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error(Box<Inner>);
+
+#[derive(Clone, PartialEq, Eq)]
+struct Inner {
     kind: ErrorKind,
     message: String,
 }
@@ -60,26 +65,35 @@ pub struct Error {
 impl Error {
     /// An error of `kind` with `message`, a sentence naming what was at fault.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error {
+        Error(Box::new(Inner {
             kind,
             message: message.into(),
-        }
+        }))
     }
 
     /// What went wrong, for code that branches on it.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The sentence for people (also what `Display` prints).
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.0.kind)
+            .field("message", &self.0.message)
+            .finish()
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.0.message)
     }
 }
 
