@@ -1,5 +1,5 @@
 //! The central pool: the arenas, the slabs and the record of every block out, under one mutex.
-//! It serves runs, the threads' heaps (`heap.rs`) when they run dry, and every caller when heaps
+//! It serves runs, the threads' heaps (`heap/`) when they run dry, and every caller when heaps
 //! are off; it owns all the memory, so coalescing, caps and trimming see every free byte.
 
 use std::collections::HashMap;

@@ -118,6 +118,32 @@ impl HeapLock {
         }
     }
 
+    /// Takes the lock as the owner if that is the bias's plain store and load alone: the bias
+    /// is on, no visitor holds the heap, and the call (counted if `count`) does not end a
+    /// window. False, the lock untouched and nothing counted, otherwise: the caller then takes
+    /// [`enter_owned`](Self::enter_owned)'s path. The allocation fast path's entry: it makes no
+    /// call, so the path that holds it need not save registers around one.
+    #[inline]
+    pub(super) fn try_enter_owned(&self, count: bool) -> bool {
+        if !self.biased.load(Ordering::Relaxed) {
+            return false;
+        }
+        let calls = self.calls.load(Ordering::Relaxed) + u32::from(count);
+        if calls == WINDOW {
+            return false;
+        }
+        self.owner_in.store(true, Ordering::Relaxed);
+        // As in `enter_owned`.
+        compiler_fence(Ordering::SeqCst);
+        if self.visitor.load(Ordering::Acquire) {
+            // Out again, as `owner_wait` steps out, for the visitor to go on.
+            self.owner_in.store(false, Ordering::Release);
+            return false;
+        }
+        self.calls.store(calls, Ordering::Relaxed);
+        true
+    }
+
     /// A visitor holds the heap: step out until it leaves, then in again.
     #[cold]
     #[inline(never)]
@@ -411,9 +437,14 @@ mod tests {
             })
             .collect();
         // The owner goes on for as long as the visitors do, noting the bias it sees.
-        let (mut owned, mut seen) = (0, [false; 2]);
+        let (mut owned, mut fast, mut seen) = (0, 0, [false; 2]);
         while running.load(Ordering::Acquire) > 0 {
-            g.lock.enter_owned(true);
+            // Every other call tries the fast entry first, as the pool's fast paths do.
+            if owned % 2 == 1 && g.lock.try_enter_owned(true) {
+                fast += 1;
+            } else {
+                g.lock.enter_owned(true);
+            }
             bump(&g);
             seen[g.lock.is_biased() as usize] = true;
             g.lock.leave_owned();
@@ -425,6 +456,8 @@ mod tests {
         visit_all([&g.lock]);
         // SAFETY: under the lock, every other thread gone.
         assert_eq!(unsafe { *g.count.get() }, owned + 2 * VISITS, "can bias: {biased}");
+        assert!(!seen[1] || fast > 0, "the bias was on, and no fast entry was taken");
+        assert!(biased || fast == 0, "a fast entry without the bias");
         // Without the barrier the bias never comes on.
         assert!(
             biased || seen == [true, false],

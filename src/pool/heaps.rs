@@ -1,11 +1,11 @@
 //! Per-thread heaps: the fast path of the pool's public `acquire` and `release`. This file: the
-//! pool's heaps and which thread has which; `heap.rs`: one heap.
+//! pool's heaps and which thread has which; `heap/`: one heap.
 //!
 //! **The model.** Each thread that acquires from a pool gets a heap of its own for that pool:
 //! free blocks at hand, by size, and a table of the blocks it handed out. The central pool lends
 //! blocks to heaps (it records them as lent, neither live nor free) and takes them back when a
 //! heap holds too many, when it misses on a large size (the smallest larger free block first,
-//! then its large free blocks but up to 64 KiB of few-KiB ones, to be coalesced: `heap.rs`),
+//! then its large free blocks but up to 64 KiB of few-KiB ones, to be coalesced: `heap/`),
 //! when a run starts (the same, its small blocks too), and when the pool settles, trims or is
 //! capped (everything). A pair of acquire and release on one thread touches its own heap only:
 //! no lock another thread takes in the meantime, no counter that two threads write.
@@ -141,20 +141,29 @@ impl Heaps {
     /// ever made for it.
     #[inline]
     fn own(&self, create: bool) -> Option<&Heap> {
+        match self.last() {
+            Some(Some(heap)) => Some(heap),
+            Some(None) if !create => None,
+            _ if !self.enabled => None,
+            _ => self.own_slow(create),
+        }
+    }
+
+    /// What `LAST` knows of this thread's heap for the pool, without a search: Some(Some) its
+    /// heap, Some(None) that it has none; None if `LAST` names another pool (or heaps are
+    /// off).
+    #[inline]
+    fn last(&self) -> Option<Option<&Heap>> {
         if !self.enabled {
             return None;
         }
         let (uid, last) = LAST.try_with(Cell::get).unwrap_or((0, ptr::null()));
-        if uid == self.uid {
-            if !last.is_null() {
-                // SAFETY: see `LAST`: this pool is alive (`&self`) and holds the heap.
-                return Some(unsafe { &*last });
-            }
-            if !create {
-                return None;
-            }
+        if uid != self.uid {
+            // Then `last` may be a heap of a pool since dropped: not to be touched.
+            return None;
         }
-        self.own_slow(create)
+        // SAFETY: see `LAST`: this pool is alive (`&self`) and holds the heap.
+        Some(unsafe { last.as_ref() })
     }
 
     /// [`own`](Self::own) when the thread's last pool was another (or none): out of line, so
@@ -217,6 +226,22 @@ impl Heaps {
         self.own(true)?.acquire(pool, &self.classes, nbytes)
     }
 
+    /// [`acquire`](Self::acquire) on the fast path ([`Heap::acquire_hit`]), with no memory
+    /// checker watching. None, having changed nothing, when the thread's heap is not at hand
+    /// or cannot serve it at once.
+    #[inline]
+    pub(super) fn acquire_hit(&self, pool: &Pool, nbytes: usize) -> Option<usize> {
+        self.last()??.acquire_hit(pool, &self.classes, nbytes)
+    }
+
+    /// [`release`](Self::release) on the fast path ([`Heap::release_hit`]) of the thread's
+    /// own heap, with no memory checker watching; false, having changed nothing, if it does
+    /// not take the block back at once.
+    #[inline]
+    pub(super) fn release_hit(&self, addr: usize) -> bool {
+        self.last().flatten().is_some_and(|heap| heap.release_hit(addr))
+    }
+
     /// Takes back `ptr` if a heap has it out; false if none has (the central pool decides).
     #[inline]
     pub(super) fn release(&self, pool: &Pool, ptr: NonNull<u8>) -> bool {
@@ -263,7 +288,7 @@ impl Heaps {
 
     /// Gives every heap's free blocks back to the central pool: the calling thread's own as its
     /// owner (no barrier: a run whose kernels took scratch on its caller pays none at its next
-    /// start; if `keep`, but a few KiB-sized large blocks, `heap.rs`), and if `others`, the
+    /// start; if `keep`, but a few KiB-sized large blocks, `heap/`), and if `others`, the
     /// others with a visit if one of them has some.
     pub(super) fn drain(&self, pool: &Pool, others: bool, keep: bool) {
         let has_free = |h: &Heap| h.free.load(Ordering::Relaxed) > 0 || h.shared.pending();

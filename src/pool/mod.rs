@@ -20,7 +20,7 @@
 //! Two levels of ownership (mimalloc's shape): the *central* pool (`central.rs`) owns all the
 //! memory under one mutex, whose work is a few tree or list operations, no system calls except
 //! when memory is committed or given back; it serves runs. The public `acquire` and `release`
-//! go through the calling thread's *heap* (`heap.rs`), which borrows blocks from the central
+//! go through the calling thread's *heap* (`heap/`), which borrows blocks from the central
 //! pool and keeps a few free ones at hand: a pair of them on one thread takes no lock that
 //! another thread takes, and a release from another thread takes only the owning heap's lock.
 //! Every release is still checked exactly (foreign and double releases are refused).
@@ -166,20 +166,34 @@ impl Pool {
     /// A block of at least `nbytes`, 16-byte aligned; cleared only when `zero` is set.
     #[inline]
     pub fn acquire(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
+        // The fast path: a block from the thread's heap at once, with nothing to clear, guard
+        // or tell a memory checker. It makes no call: everything else is out of line. (The
+        // size checks are what `check_request` accepts and a heap records.)
+        let fast =
+            !zero && nbytes != 0 && nbytes < out_table::MAX_REQUEST && self.guard_bytes() == 0 && !sanitize::active();
+        if fast {
+            if let Some(ptr) = self
+                .heaps
+                .acquire_hit(self, nbytes)
+                .and_then(|a| NonNull::new(a as *mut u8))
+            {
+                return Ok(ptr);
+            }
+        }
+        self.acquire_any(nbytes, zero)
+    }
+
+    /// [`acquire`](Self::acquire) off its fast path: from the thread's heap if it can serve
+    /// it, else from the central pool (which also says what is wrong with a bad request).
+    #[inline(never)]
+    fn acquire_any(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
         // What `check_request` accepts, and what a heap records (1 TiB: past it, the central
-        // pool): no further checks inline.
+        // pool).
         if nbytes != 0 && nbytes < out_table::MAX_REQUEST {
             if let Some(addr) = self.heaps.acquire(self, nbytes) {
                 return Ok(self.hand_out(addr, nbytes, zero));
             }
         }
-        self.acquire_central(nbytes, zero)
-    }
-
-    /// [`acquire`](Self::acquire) when the thread's heap could not serve it (or the request is
-    /// invalid): out of line, so that the usual path stays short.
-    #[inline(never)]
-    fn acquire_central(&self, nbytes: usize, zero: bool) -> Result<NonNull<u8>> {
         self.acquire_until(nbytes, zero, NEVER, Owner::Caller)
     }
 
@@ -382,6 +396,21 @@ impl Pool {
     /// it after this call: the pool may hand its bytes to someone else at once.
     #[inline]
     pub unsafe fn release(&self, ptr: NonNull<u8>) -> Result<()> {
+        // The fast path, as in `acquire`: the block the thread's heap handed out last, back
+        // to its bin.
+        if !sanitize::active() && self.heaps.release_hit(ptr.as_ptr() as usize) {
+            return Ok(());
+        }
+        // SAFETY: the caller's promise.
+        unsafe { self.release_any(ptr) }
+    }
+
+    /// [`release`](Self::release) off its fast path.
+    ///
+    /// # Safety
+    /// As for [`release`](Self::release).
+    #[inline(never)]
+    unsafe fn release_any(&self, ptr: NonNull<u8>) -> Result<()> {
         if self.heaps.release(self, ptr) {
             return Ok(());
         }
@@ -431,7 +460,7 @@ impl Pool {
     /// run among concurrent ones would take their free blocks from under their runs, with a
     /// process-wide barrier each time, for a repeatability runs that interleave do not have.
     ///
-    /// The calling thread's heap keeps a few KiB-sized large blocks (`heap.rs`, `KEEP_BELOW`): a
+    /// The calling thread's heap keeps a few KiB-sized large blocks (`heap/`, `KEEP_BELOW`): a
     /// kernel that takes scratch from the pool inside its call finds them again at every run.
     #[inline]
     pub(crate) fn settle_from(&self, others: bool) {

@@ -262,9 +262,8 @@ impl OutTable {
     /// of line.
     #[inline]
     pub(super) fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
-        let front = &shared.front;
-        if matches!(front.key.load(Ordering::Relaxed), EMPTY | TOMB) {
-            front.fill(addr, out);
+        if self.front_free(shared) {
+            self.fill_front(shared, addr, out);
             return;
         }
         let slot = self.home_slot(addr);
@@ -275,6 +274,33 @@ impl OutTable {
             return;
         }
         self.insert_slow(shared, addr, out);
+    }
+
+    /// Whether the front slot is free: an insert now goes there.
+    #[inline]
+    pub(super) fn front_free(&self, shared: &Shared) -> bool {
+        matches!(shared.front.key.load(Ordering::Relaxed), EMPTY | TOMB)
+    }
+
+    /// Records `addr` (not in the record) as out in the front slot, which is free.
+    #[inline]
+    pub(super) fn fill_front(&mut self, shared: &Shared, addr: usize, out: Out) {
+        debug_assert!(self.front_free(shared));
+        shared.front.fill(addr, out);
+    }
+
+    /// What the front slot records of `addr`, if it holds it, out and not claimed.
+    #[inline]
+    pub(super) fn in_front(&self, shared: &Shared, addr: usize) -> Option<Out> {
+        let front = &shared.front;
+        (front.key.load(Ordering::Relaxed) == addr).then(|| front.out())
+    }
+
+    /// Removes the entry in the front slot, which [`in_front`](Self::in_front) just found.
+    #[inline]
+    pub(super) fn clear_front(&mut self, shared: &Shared) {
+        // A plain store: see `remove_slow`.
+        shared.front.key.store(TOMB, Ordering::Relaxed);
     }
 
     /// The home slot of `addr` in the current table.
@@ -300,14 +326,13 @@ impl OutTable {
     /// its home slot inline, further on out of line.
     #[inline]
     pub(super) fn remove(&mut self, shared: &Shared, addr: usize) -> Option<Out> {
-        // Plain stores: see `remove_slow`.
-        let front = &shared.front;
-        if front.key.load(Ordering::Relaxed) == addr {
-            front.key.store(TOMB, Ordering::Relaxed);
-            return Some(front.out());
+        if let Some(out) = self.in_front(shared, addr) {
+            self.clear_front(shared);
+            return Some(out);
         }
         let slot = self.home_slot(addr);
         if slot.key.load(Ordering::Relaxed) == addr {
+            // A plain store: see `remove_slow`.
             slot.key.store(TOMB, Ordering::Relaxed);
             return Some(slot.out());
         }

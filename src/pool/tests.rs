@@ -569,3 +569,45 @@ fn a_thread_that_had_no_heap_gets_one_at_its_first_acquire() {
         });
     });
 }
+
+/// One thread's pairs take the fast path (`heap/fast.rs`): they count as any acquire and
+/// release do, a second release is still refused, the lock's windows still turn (3000 pairs
+/// cross two of them), and the block in the front slot of the heap's record can still be
+/// released by another thread and reused by the owner.
+#[test]
+fn pairs_on_the_fast_path_count_and_check_as_any() {
+    let pool = Pool::default();
+    for n in [64usize, 1000, 20_000] {
+        let first = pool.acquire(n, false).unwrap();
+        // SAFETY: acquired above, not used after (here and below).
+        unsafe { pool.release(first) }.unwrap();
+        for _ in 0..3000 {
+            let p = pool.acquire(n, false).unwrap();
+            assert_eq!(p, first, "the same block every time");
+            // SAFETY: as above.
+            unsafe { pool.release(p) }.unwrap();
+        }
+        // SAFETY: released already: refused before anything is touched.
+        let again = unsafe { pool.release(first) }.unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::UnknownPointer, "{again}");
+    }
+    let s = pool.stats();
+    assert_eq!((s.acquires, s.releases, s.live_bytes), (3 * 3001, 3 * 3001, 0));
+    assert_eq!(s.cache_hits, 3 * 3000, "all but each size's first came from the bins");
+    assert_eq!(s.peak_live_bytes, 20_000, "one block out at a time");
+    let p = pool.acquire(64, false).unwrap();
+    let addr = p.as_ptr() as usize;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let p = NonNull::new(addr as *mut u8).unwrap();
+            // SAFETY: acquired above by the other thread, not used after.
+            unsafe { pool.release(p) }.unwrap();
+        });
+    });
+    assert_eq!(pool.stats().live_bytes, 0, "claimed, and collected by the count");
+    let q = pool.acquire(64, false).unwrap();
+    assert_eq!(q, p, "the owner reuses the block another thread released");
+    // SAFETY: as above.
+    unsafe { pool.release(q) }.unwrap();
+    assert_eq!(pool.heaps.count(), 1, "the releasing thread made no heap");
+}

@@ -15,6 +15,8 @@ use super::sanitize;
 use super::slab::Classes;
 use super::{Pool, PoolStats};
 
+mod fast;
+
 /// A heap keeps at most this many free blocks of one size, and this many free bytes in all;
 /// beyond either, a released block goes back to the central pool.
 const BIN_BLOCKS: usize = 64;
@@ -74,10 +76,13 @@ impl Default for Bin {
 }
 
 impl Bin {
+    /// Takes a block; None when the bin is empty. Cannot panic (the fast paths rely on it).
     #[inline]
     fn pop(&mut self) -> Option<usize> {
-        self.len = self.len.checked_sub(1)?;
-        Some(self.blocks[self.len])
+        let len = self.len.checked_sub(1)?;
+        let addr = *self.blocks.get(len)?;
+        self.len = len;
+        Some(addr)
     }
 
     /// Adds a block; false (and nothing changes) when the bin is full.
@@ -203,13 +208,7 @@ impl Heap {
     #[inline]
     pub(super) fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let mut st = self.own(true);
-        let (block, class) = match pool.is_small(nbytes) {
-            true => {
-                let class = classes.index(nbytes);
-                (classes.size(class), class as u8 + 1)
-            }
-            false => (nbytes.next_multiple_of(GRAIN), 0),
-        };
+        let (block, class) = block_for(pool, classes, nbytes);
         if let Some(addr) = st.bin_of(block, class).and_then(Bin::pop) {
             st.free_bytes -= block;
             if class == 0 {
@@ -350,6 +349,12 @@ impl HeapState {
                 class,
             },
         );
+        self.count_out(pool, nbytes, hit);
+    }
+
+    /// Counts a block handed out for `nbytes`; `hit` if it came from a bin.
+    #[inline]
+    fn count_out(&mut self, pool: &Pool, nbytes: usize, hit: bool) {
         let s = &mut self.stats;
         s.acquires += 1;
         s.cache_hits += hit as u64;
@@ -458,7 +463,7 @@ impl HeapState {
                 .iter_mut()
                 .find(|(size, _)| *size == block)
                 .map(|(_, bin)| bin),
-            c => Some(&mut self.small[usize::from(c - 1)]),
+            c => self.small.get_mut(usize::from(c - 1)),
         }
     }
 
@@ -466,8 +471,7 @@ impl HeapState {
     /// it in its bin if there is room, else back to the central pool.
     #[inline]
     fn put_back(&mut self, pool: &Pool, addr: usize, out: Out) {
-        self.stats.releases += 1;
-        self.stats.live_bytes -= out.requested as u64;
+        self.count_back(out);
         let fits = self.free_bytes + out.block <= HEAP_FREE_BYTES;
         if fits && self.bin_of(out.block, out.class).is_some_and(|bin| bin.push(addr)) {
             self.free_bytes += out.block;
@@ -479,7 +483,14 @@ impl HeapState {
         }
     }
 
-    /// The rest of [`take_back`](Self::take_back): a large block that fits under the heap's
+    /// Counts a block handed out as `out` as released.
+    #[inline]
+    fn count_back(&mut self, out: Out) {
+        self.stats.releases += 1;
+        self.stats.live_bytes -= out.requested as u64;
+    }
+
+    /// The rest of [`HeapGuard::take_back`]: a large block that fits under the heap's
     /// free bytes goes to a new bin if one can be had, any other block back to the central
     /// pool.
     #[cold]
@@ -491,6 +502,18 @@ impl HeapState {
         } else {
             pool.lock().reclaim(addr);
         }
+    }
+}
+
+/// The block size and class (as in [`Out`]) that serve a request of `nbytes`.
+#[inline]
+fn block_for(pool: &Pool, classes: &Classes, nbytes: usize) -> (usize, u8) {
+    match pool.is_small(nbytes) {
+        true => {
+            let class = classes.index(nbytes);
+            (classes.size(class), class as u8 + 1)
+        }
+        false => (nbytes.next_multiple_of(GRAIN), 0),
     }
 }
 
