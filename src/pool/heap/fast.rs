@@ -6,7 +6,7 @@
 //! 64-byte pair went from 1.4-1.6x glibc's time to 1.3x (`cargo bench -p graphsched-workloads
 //! --bench pool`).
 
-use super::{block_for, Heap, HeapGuard, HEAP_FREE_BYTES};
+use super::{block_for, Heap};
 use crate::pool::out_table::Out;
 use crate::pool::slab::Classes;
 use crate::pool::Pool;
@@ -21,22 +21,12 @@ impl Heap {
     #[inline]
     pub(in crate::pool) fn acquire_hit(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let (block, class) = block_for(pool, classes, nbytes);
-        if !self.lock.try_enter_owned(true) {
-            return None;
-        }
-        let mut st = HeapGuard {
-            heap: self,
-            owned: true,
-        };
+        let mut st = self.try_own(true)?;
         let shared = &self.shared;
         if !st.out.front_free(shared) {
             return None;
         }
-        let addr = st.bin_of(block, class)?.pop()?;
-        st.free_bytes -= block;
-        if class == 0 {
-            st.large_free_bytes -= block;
-        }
+        let addr = st.pop_free(block, class)?;
         let out = Out {
             block,
             requested: nbytes,
@@ -54,26 +44,17 @@ impl Heap {
     /// panic, no memory checker.
     #[inline]
     pub(in crate::pool) fn release_hit(&self, addr: usize) -> bool {
-        if !self.lock.try_enter_owned(false) {
+        let Some(mut st) = self.try_own(false) else {
             return false;
-        }
-        let mut st = HeapGuard {
-            heap: self,
-            owned: true,
         };
         let shared = &self.shared;
         let Some(out) = st.out.in_front(shared, addr) else {
             return false;
         };
-        let fits = st.free_bytes + out.block <= HEAP_FREE_BYTES;
-        if !fits || !st.bin_of(out.block, out.class).is_some_and(|bin| bin.push(addr)) {
+        if !st.push_free(addr, out) {
             return false;
         }
         st.out.clear_front(shared);
-        st.free_bytes += out.block;
-        if out.class == 0 {
-            st.large_free_bytes += out.block;
-        }
         st.count_back(out);
         true
     }

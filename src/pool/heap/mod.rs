@@ -190,6 +190,17 @@ impl Heap {
         }
     }
 
+    /// Its state, for its owner, if the lock can be had on the fast path
+    /// ([`HeapLock::try_enter_owned`]); None, nothing changed, otherwise.
+    #[inline]
+    fn try_own(&self, count: bool) -> Option<HeapGuard<'_>> {
+        // Lazily: a guard made and dropped would leave a lock not taken.
+        self.lock.try_enter_owned(count).then(|| HeapGuard {
+            heap: self,
+            owned: true,
+        })
+    }
+
     /// Its state, for a visitor that took its lock (`heap_lock::visit_all`).
     ///
     /// # Safety
@@ -209,11 +220,7 @@ impl Heap {
     pub(super) fn acquire(&self, pool: &Pool, classes: &Classes, nbytes: usize) -> Option<usize> {
         let mut st = self.own(true);
         let (block, class) = block_for(pool, classes, nbytes);
-        if let Some(addr) = st.bin_of(block, class).and_then(Bin::pop) {
-            st.free_bytes -= block;
-            if class == 0 {
-                st.large_free_bytes -= block;
-            }
+        if let Some(addr) = st.pop_free(block, class) {
             st.hand_out(pool, &self.shared, addr, block, nbytes, class, true);
             return Some(addr);
         }
@@ -472,15 +479,37 @@ impl HeapState {
     #[inline]
     fn put_back(&mut self, pool: &Pool, addr: usize, out: Out) {
         self.count_back(out);
-        let fits = self.free_bytes + out.block <= HEAP_FREE_BYTES;
-        if fits && self.bin_of(out.block, out.class).is_some_and(|bin| bin.push(addr)) {
-            self.free_bytes += out.block;
-            if out.class == 0 {
-                self.large_free_bytes += out.block;
-            }
-        } else {
-            self.put_back_slow(pool, addr, out.block, fits && out.class == 0);
+        if !self.push_free(addr, out) {
+            self.put_back_slow(pool, addr, out);
         }
+    }
+
+    /// A free block of `block` bytes (`class` as in [`Out`]) from its bin, if it has one.
+    /// Cannot panic (the fast paths rely on it).
+    #[inline]
+    fn pop_free(&mut self, block: usize, class: u8) -> Option<usize> {
+        let addr = self.bin_of(block, class)?.pop()?;
+        self.free_bytes -= block;
+        if class == 0 {
+            self.large_free_bytes -= block;
+        }
+        Some(addr)
+    }
+
+    /// Puts `addr`, handed out as `out`, in the bin of its size if the bin exists and has room
+    /// and the heap's free bytes stay within `HEAP_FREE_BYTES`; false, nothing changed,
+    /// otherwise. Cannot panic.
+    #[inline]
+    fn push_free(&mut self, addr: usize, out: Out) -> bool {
+        let fits = self.free_bytes + out.block <= HEAP_FREE_BYTES;
+        if !fits || !self.bin_of(out.block, out.class).is_some_and(|bin| bin.push(addr)) {
+            return false;
+        }
+        self.free_bytes += out.block;
+        if out.class == 0 {
+            self.large_free_bytes += out.block;
+        }
+        true
     }
 
     /// Counts a block handed out as `out` as released.
@@ -495,7 +524,9 @@ impl HeapState {
     /// pool.
     #[cold]
     #[inline(never)]
-    fn put_back_slow(&mut self, pool: &Pool, addr: usize, block: usize, large_fits: bool) {
+    fn put_back_slow(&mut self, pool: &Pool, addr: usize, out: Out) {
+        let block = out.block;
+        let large_fits = out.class == 0 && self.free_bytes + block <= HEAP_FREE_BYTES;
         if large_fits && self.large_bin(block).is_some_and(|bin| bin.push(addr)) {
             self.free_bytes += block;
             self.large_free_bytes += block;
@@ -524,14 +555,8 @@ fn block_for(pool: &Pool, classes: &Classes, nbytes: usize) -> (usize, u8) {
 fn acquire_slow(mut st: HeapGuard<'_>, pool: &Pool, nbytes: usize, block: usize, class: u8) -> Option<usize> {
     // Blocks other threads released may refill the bin.
     st.collect(pool);
-    let (addr, hit) = match st.bin_of(block, class).and_then(Bin::pop) {
-        Some(addr) => {
-            st.free_bytes -= block;
-            if class == 0 {
-                st.large_free_bytes -= block;
-            }
-            (addr, true)
-        }
+    let (addr, hit) = match st.pop_free(block, class) {
+        Some(addr) => (addr, true),
         None => refill(&mut st, pool, nbytes, block, class)?,
     };
     let shared = &st.heap.shared;
