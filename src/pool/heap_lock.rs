@@ -144,6 +144,14 @@ impl HeapLock {
         true
     }
 
+    /// Takes back the count of the call that [`try_enter_owned`](Self::try_enter_owned) just
+    /// counted, the owner inside: the caller goes on to the full path, which counts it again.
+    #[inline]
+    pub(super) fn uncount(&self) {
+        let calls = self.calls.load(Ordering::Relaxed);
+        self.calls.store(calls.saturating_sub(1), Ordering::Relaxed);
+    }
+
     /// A visitor holds the heap: step out until it leaves, then in again.
     #[cold]
     #[inline(never)]

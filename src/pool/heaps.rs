@@ -50,6 +50,7 @@ use std::sync::Arc;
 
 use super::heap::{Heap, HeapGuard};
 use super::heap_lock::visit_all;
+use super::out_table::KEY_MARKS;
 use super::slab::Classes;
 use super::{Pool, PoolStats};
 
@@ -239,16 +240,16 @@ impl Heaps {
     /// not take the block back at once.
     #[inline]
     pub(super) fn release_hit(&self, addr: usize) -> bool {
-        self.last().flatten().is_some_and(|heap| heap.release_hit(addr))
+        recordable(addr) && self.last().flatten().is_some_and(|heap| heap.release_hit(addr))
     }
 
     /// Takes back `ptr` if a heap has it out; false if none has (the central pool decides).
     #[inline]
     pub(super) fn release(&self, pool: &Pool, ptr: NonNull<u8>) -> bool {
-        if !self.enabled {
+        let addr = ptr.as_ptr() as usize;
+        if !self.enabled || !recordable(addr) {
             return false;
         }
-        let addr = ptr.as_ptr() as usize;
         let own = self.own(false);
         own.is_some_and(|heap| heap.take_back(pool, addr)) || self.release_elsewhere(pool, addr, own)
     }
@@ -359,4 +360,12 @@ impl Heaps {
 #[cfg(test)]
 pub(super) fn attached_here() -> usize {
     ATTACHED.with(|a| a.borrow().0.len())
+}
+
+/// Whether `addr` can be the address of a block a heap handed out: 16-byte aligned. Any other
+/// pointer goes to the central pool, which refuses it: the low bits of a record's keys are its
+/// marks (`out_table.rs`), so an unaligned pointer could equal a tombstone or a claimed key.
+#[inline]
+fn recordable(addr: usize) -> bool {
+    addr & KEY_MARKS == 0
 }

@@ -44,6 +44,9 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering}
 const EMPTY: usize = 0;
 const TOMB: usize = 1;
 const CLAIMED: usize = 8;
+/// The low bits of a key that are marks, not address: every key the record is asked about must
+/// have them clear (`Heaps` sends other pointers to the central pool).
+pub(super) const KEY_MARKS: usize = 15;
 const MIN_SLOTS: usize = 64;
 
 /// What a heap knows of a block it has out.
@@ -257,16 +260,16 @@ impl OutTable {
         (out, shared)
     }
 
-    /// Records `addr` (not in the record) as out. The front slot or its home slot, when free,
-    /// inline (a block given back and taken again finds its own tombstone there); a probe, out
-    /// of line.
+    /// Records `addr` (not in the record) as out: in the front slot or its home slot if one is
+    /// free (a block given back and taken again finds its own tombstone there), inline; a probe,
+    /// out of line.
     #[inline]
     pub(super) fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
         if self.front_free(shared) {
             self.fill_front(shared, addr, out);
             return;
         }
-        let slot = self.home_slot(addr);
+        let slot = self.slot(home(addr, self.shift));
         let k = slot.key.load(Ordering::Relaxed);
         if k == TOMB || (k == EMPTY && self.used < self.limit) {
             slot.fill(addr, out);
@@ -282,16 +285,20 @@ impl OutTable {
         matches!(shared.front.key.load(Ordering::Relaxed), EMPTY | TOMB)
     }
 
-    /// Records `addr` (not in the record) as out in the front slot, which is free.
+    /// Records `addr` (not in the record) as out in the front slot, which is free. Makes no
+    /// call (the pool's fast paths rely on it).
     #[inline]
     pub(super) fn fill_front(&mut self, shared: &Shared, addr: usize, out: Out) {
         debug_assert!(self.front_free(shared));
         shared.front.fill(addr, out);
     }
 
-    /// What the front slot records of `addr`, if it holds it, out and not claimed.
+    /// What the front slot records of `addr`, if it holds it, out and not claimed. `addr` must
+    /// be 16-byte aligned (`KEY_MARKS`): an unaligned pointer could equal a tombstone or a
+    /// claimed key.
     #[inline]
     pub(super) fn in_front(&self, shared: &Shared, addr: usize) -> Option<Out> {
+        debug_assert_eq!(addr & KEY_MARKS, 0);
         let front = &shared.front;
         (front.key.load(Ordering::Relaxed) == addr).then(|| front.out())
     }
@@ -303,12 +310,13 @@ impl OutTable {
         shared.front.key.store(TOMB, Ordering::Relaxed);
     }
 
-    /// The home slot of `addr` in the current table.
+    /// Slot `i` of the current table (below its length).
     #[inline]
-    fn home_slot(&self, addr: usize) -> &Slot {
-        let i = home(addr, self.shift);
-        // SAFETY: `slots` and `shift` are the current table's (`rebuild` keeps them so), whose
-        // slots this record owns; `home` is below the table's length, 2 ^ (64 - shift).
+    fn slot(&self, i: usize) -> &Slot {
+        debug_assert!(i < self.table.slots.len());
+        // SAFETY: `slots` is the current table's (`rebuild` keeps it so), whose slots this
+        // record owns; the callers' `i` come from `home` with the current `shift`, below the
+        // table's length, 2 ^ (64 - shift).
         unsafe { &*self.slots.add(i) }
     }
 
@@ -322,15 +330,15 @@ impl OutTable {
         self.used += was_empty as usize;
     }
 
-    /// Removes the entry of `addr`, if it is out and not claimed: found in the front slot or
-    /// its home slot inline, further on out of line.
+    /// Removes the entry of `addr` (16-byte aligned), if it is out and not claimed: found in
+    /// the front slot or its home slot inline, further on out of line.
     #[inline]
     pub(super) fn remove(&mut self, shared: &Shared, addr: usize) -> Option<Out> {
         if let Some(out) = self.in_front(shared, addr) {
             self.clear_front(shared);
             return Some(out);
         }
-        let slot = self.home_slot(addr);
+        let slot = self.slot(home(addr, self.shift));
         if slot.key.load(Ordering::Relaxed) == addr {
             // A plain store: see `remove_slow`.
             slot.key.store(TOMB, Ordering::Relaxed);
@@ -367,10 +375,14 @@ impl OutTable {
             return;
         }
         // Cleared before the keys and bits are read, with a swap: a claim whose flag comes
-        // after it in the flag's order sets it again and is seen next time; one whose flag
-        // comes before synchronizes with it (AcqRel), so its key and bit are seen below. A plain
-        // store here could land after a racing claim's own (a store buffer delays it past the
-        // reads below), and that claim would wait for another to be collected.
+        // after it in the flag's order sets it again and is seen next time; the claim whose
+        // flag it reads synchronizes with it (AcqRel), so its key and bit are seen below. A
+        // plain store here could sit in this core's store buffer past the reads below and land
+        // after a racing claim's own flag: that claim would wait, uncollected, for another.
+        // (In the language's model, two claims whose flags both come before the swap are
+        // ordered with it only through the last one; x86-64's and ARMv8's stores, seen by all
+        // cores in one order, order the first one's key too. A claim's flag stays a plain
+        // store: a swap there made a release from another thread 1.7x -> 2.0-2.7x glibc's.)
         shared.pending.swap(false, Ordering::AcqRel);
         let front = &shared.front;
         let k = front.key.load(Ordering::Acquire);

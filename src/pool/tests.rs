@@ -611,3 +611,37 @@ fn pairs_on_the_fast_path_count_and_check_as_any() {
     unsafe { pool.release(q) }.unwrap();
     assert_eq!(pool.heaps.count(), 1, "the releasing thread made no heap");
 }
+
+/// Pointers that are no block's start are refused whatever the heap's record holds: the low
+/// bits of its keys are marks, and neither a tombstone (1, which `NonNull::dangling` also is)
+/// nor a key claimed by another thread (the address + 8) may match one.
+#[test]
+fn pointers_that_look_like_the_records_marks_are_refused() {
+    let pool = Pool::default();
+    let p = pool.acquire(64, false).unwrap();
+    // SAFETY: acquired above, not used after (here and below).
+    unsafe { pool.release(p) }.unwrap();
+    // SAFETY: not a block of the pool: refused before anything is touched.
+    let e = unsafe { pool.release(NonNull::dangling()) }.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownPointer, "{e}");
+    let q = pool.acquire(64, false).unwrap();
+    assert_eq!(q, p, "the bin still holds the block, and nothing else");
+    let addr = q.as_ptr() as usize;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let q = NonNull::new(addr as *mut u8).unwrap();
+            // SAFETY: acquired above by the other thread, not used after.
+            unsafe { pool.release(q) }.unwrap();
+        });
+    });
+    let inner = NonNull::new((addr + 8) as *mut u8).unwrap();
+    // SAFETY: inside a block, not its start: refused before anything is touched.
+    let e = unsafe { pool.release(inner) }.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownPointer, "{e}");
+    let s = pool.stats();
+    assert_eq!((s.acquires, s.releases, s.live_bytes), (2, 2, 0));
+    let r = pool.acquire(64, false).unwrap();
+    assert_eq!(r, p, "the claimed block was collected and reused");
+    // SAFETY: as above.
+    unsafe { pool.release(r) }.unwrap();
+}
