@@ -22,7 +22,8 @@
 //! when memory is committed or given back; it serves runs. The public `acquire` and `release`
 //! go through the calling thread's *heap* (`heap/`), which borrows blocks from the central
 //! pool and keeps a few free ones at hand: a pair of them on one thread takes no lock that
-//! another thread takes, and a release from another thread takes only the owning heap's lock.
+//! another thread takes (and, most often, a fast path with no call: `heap/fast.rs`), and a
+//! release from another thread claims its block in the owning heap's record, with no lock.
 //! Every release is still checked exactly (foreign and double releases are refused).
 //! AddressSanitizer and valgrind memcheck,
 //! when the process has them, are told which bytes a program may touch (module `sanitize`), so
