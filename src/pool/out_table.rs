@@ -48,6 +48,13 @@ const CLAIMED: usize = 8;
 /// have them clear (`Heaps` sends other pointers to the central pool).
 pub(super) const KEY_MARKS: usize = 15;
 const MIN_SLOTS: usize = 64;
+/// After this many inserts find the front slot taken (with no insert between that found it
+/// free; the fast paths' fills do not count, to keep them a store shorter), its entry moves to
+/// the table: a
+/// block held long (the first one a thread took, kept for good: a session's weights) would
+/// otherwise keep every later pair off the front slot and the pool's fast path. Not at once: a
+/// thread with two blocks out at a time would move one at every pair, with a locked swap.
+const FRONT_PATIENCE: u32 = 64;
 
 /// What a heap knows of a block it has out.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -238,6 +245,9 @@ pub(super) struct OutTable {
     /// Slots not `EMPTY` in the current table, and how many it may have before a rebuild.
     used: usize,
     limit: usize,
+    /// Inserts since the last that found the front slot free, all finding it taken (see
+    /// [`FRONT_PATIENCE`]).
+    front_missed: u32,
 }
 
 impl OutTable {
@@ -256,6 +266,7 @@ impl OutTable {
             retired: Vec::new(),
             used: 0,
             limit: limit(MIN_SLOTS),
+            front_missed: 0,
         };
         (out, shared)
     }
@@ -266,6 +277,13 @@ impl OutTable {
     #[inline]
     pub(super) fn insert(&mut self, shared: &Shared, addr: usize, out: Out) {
         if self.front_free(shared) {
+            self.fill_front(shared, addr, out);
+            self.front_missed = 0;
+            return;
+        }
+        self.front_missed += 1;
+        if self.front_missed >= FRONT_PATIENCE {
+            self.move_front(shared);
             self.fill_front(shared, addr, out);
             return;
         }
@@ -291,6 +309,29 @@ impl OutTable {
     pub(super) fn fill_front(&mut self, shared: &Shared, addr: usize, out: Out) {
         debug_assert!(self.front_free(shared));
         shared.front.fill(addr, out);
+    }
+
+    /// Moves the front slot's entry, claimed or not, into the table (`FRONT_PATIENCE`), as a
+    /// rebuild moves the table's: swapped out, so that a racing claim either came first (and
+    /// keeps its mark, with its bit) or fails and takes the locked path.
+    #[cold]
+    #[inline(never)]
+    fn move_front(&mut self, shared: &Shared) {
+        let front = &shared.front;
+        let out = front.out();
+        let k = front.key.swap(EMPTY, Ordering::AcqRel);
+        if matches!(k, EMPTY | TOMB) {
+            return;
+        }
+        if self.used >= self.limit {
+            self.rebuild(shared);
+        }
+        let (i, was_empty) = self.table.put(k, out);
+        self.used += was_empty as usize;
+        if k & CLAIMED != 0 {
+            self.table.mark_claimed(i);
+            shared.pending.store(true, Ordering::Release);
+        }
     }
 
     /// What the front slot records of `addr`, if it holds it, out and not claimed. `addr` must
@@ -563,6 +604,40 @@ mod tests {
         t.collect(&shared, |_, _| panic!("collected twice"));
         assert_eq!(t.remove(&shared, 128), Some(out(128)));
         assert_eq!(t.live(&shared), 0);
+    }
+
+    #[test]
+    fn a_block_held_long_leaves_the_front_slot_to_the_pairs() {
+        let (mut t, shared) = OutTable::new();
+        t.insert(&shared, 64, out(64));
+        for _ in 0..FRONT_PATIENCE + 2 {
+            t.insert(&shared, 128, out(128));
+            assert_eq!(t.remove(&shared, 128), Some(out(128)));
+        }
+        t.insert(&shared, 128, out(128));
+        assert_eq!(
+            t.in_front(&shared, 128),
+            Some(out(128)),
+            "the pairs have the front slot"
+        );
+        assert_eq!(t.in_front(&shared, 64), None);
+        // The block held long, now in the table: still out, claimable and collected once.
+        assert!(shared.claim(64, |o| assert_eq!(o, out(64)), |_| panic!("undone")));
+        let mut got = Vec::new();
+        t.collect(&shared, |a, o| got.push((a, o)));
+        assert_eq!(got, vec![(64, out(64))]);
+        assert_eq!(t.remove(&shared, 128), Some(out(128)));
+        assert_eq!(t.live(&shared), 0);
+        // A claimed entry moves with its mark: claimed in the front slot, then moved.
+        t.insert(&shared, 192, out(192));
+        assert!(shared.claim(192, |_| {}, |_| panic!("undone")));
+        for _ in 0..FRONT_PATIENCE + 2 {
+            t.insert(&shared, 256, out(256));
+            assert_eq!(t.remove(&shared, 256), Some(out(256)));
+        }
+        let mut got = Vec::new();
+        t.collect(&shared, |a, o| got.push((a, o)));
+        assert_eq!(got, vec![(192, out(192))], "the claim survived the move");
     }
 
     /// Threads claim the blocks while the holder inserts, removes and rebuilds: every block
