@@ -111,7 +111,33 @@ fn many_runs_of_several_graphs_stay_within_one_budget_and_all_complete_at_the_sm
 
 #[test]
 fn without_a_limit_a_run_reserves_its_bound_and_completes() {
-    let g = layered("s", 5, 6, 1024, 3);
+    // A layered graph whose sink's dynamic output is larger than everything else together:
+    // refused at the run's limit whatever order the threads take (with a sink as small as a
+    // value, a run whose sink came last found room under a loaded machine, and passed).
+    let g = {
+        let mut b = GraphBuilder::new();
+        let mut prev: Option<ValueRef> = None;
+        for l in 0..4 {
+            let mut d = NodeDesc::new(format!("s_{l}"), "Op", Box::new(|_| Ok(()))).output(1024);
+            if let Some(p) = prev {
+                d = d.input(p);
+            }
+            prev = Some(ValueRef::new(b.add_node(d).unwrap(), 0));
+        }
+        let sink = NodeDesc::new(
+            "s_sink",
+            "Sink",
+            Box::new(|ctx| {
+                ctx.alloc_output(0, 64 << 10).map_err(|e| e.to_string())?;
+                Ok(())
+            }),
+        )
+        .input(prev.unwrap())
+        .dynamic_output();
+        let sink = b.add_node(sink).unwrap();
+        b.mark_output(ValueRef::new(sink, 0)).unwrap();
+        Arc::new(b.finalize().unwrap())
+    };
     let mut b = GraphBuilder::new();
     let only = b
         .add_node(NodeDesc::new("n", "Op", Box::new(|_| Ok(()))).output(512))
