@@ -16,7 +16,7 @@
 //!   writes; other threads visit (a swap, and a process-wide memory barrier once for all the
 //!   heaps a call visits) to drain it or read its counts. A release from another thread takes
 //!   no lock: it *claims* the block in the owning heap's record of blocks out with one
-//!   compare-and-swap (`out_table.rs`), and the heap's next miss, drain or count collects it
+//!   compare-and-swap (`out_table/`), and the heap's next miss, drain or count collects it
 //!   into its bins; only a claim that fails (a block not out of any heap, or a record being
 //!   rebuilt) visits the heaps. A heap has at most one owner: a thread's `LAST` names a heap only while the thread
 //!   holds it (`Attached`). Lock order: heaps (in the list's order), then the central mutex;
@@ -27,7 +27,7 @@
 //!   no heap has out goes to the central pool, which refuses it when it is lent (it is free in a
 //!   heap's bins, or claimed: released already) or unknown. So double and foreign releases are
 //!   still refused exactly, from any thread (two releases of one block *at the same moment* from
-//!   two threads are outside the checks: `out_table.rs`), and a release from another thread
+//!   two threads are outside the checks: `out_table/`), and a release from another thread
 //!   takes no lock.
 //! - Heaps live as long as their pool (a lock-free list that only grows). A thread that exits
 //!   leaves its heap, bins and blocks out included, to the next thread that needs one.
@@ -255,7 +255,7 @@ impl Heaps {
     }
 
     /// Takes back `addr` if a heap other than `own` has it out: claims it in that heap's
-    /// record without its lock (`out_table.rs`); failing that, visits them all at once, which
+    /// record without its lock (`out_table/`); failing that, visits them all at once, which
     /// is exact.
     #[cold]
     fn release_elsewhere(&self, pool: &Pool, addr: usize, own: Option<&Heap>) -> bool {
@@ -364,7 +364,7 @@ pub(super) fn attached_here() -> usize {
 
 /// Whether `addr` can be the address of a block a heap handed out: 16-byte aligned. Any other
 /// pointer goes to the central pool, which refuses it: the low bits of a record's keys are its
-/// marks (`out_table.rs`), so an unaligned pointer could equal a tombstone or a claimed key.
+/// marks (`out_table/`), so an unaligned pointer could equal a tombstone or a claimed key.
 #[inline]
 fn recordable(addr: usize) -> bool {
     addr & KEY_MARKS == 0

@@ -231,7 +231,7 @@ fn main() {
     println!("releases from another thread: one thread acquires a batch of 64-byte blocks, a second");
     println!("releases them (ns per release, median of 7 batches of 2,000; the pool's release claims");
     println!(
-        "the block in the owning heap's table, src/pool/out_table.rs; malloc's free goes to the other thread's arena)"
+        "the block in the owning heap's table, src/pool/out_table/; malloc's free goes to the other thread's arena)"
     );
     println!(
         "{:>10} | {:>10} {:>10} {:>11}",

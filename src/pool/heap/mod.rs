@@ -48,7 +48,7 @@ pub(super) struct Heap {
     /// that have some (or claims to collect).
     pub free: AtomicUsize,
     /// What other threads reach of its record of blocks out without its lock: a release from
-    /// another thread claims its block there (`out_table.rs`).
+    /// another thread claims its block there (`out_table/`).
     pub shared: Shared,
     state: UnsafeCell<HeapState>,
 }
@@ -228,7 +228,7 @@ impl Heap {
     }
 
     /// Takes back `addr` for a thread that does not hold the heap's lock, if the heap has it
-    /// out: claims it (`out_table.rs`), hidden from the memory checkers first, for the lock's
+    /// out: claims it (`out_table/`), hidden from the memory checkers first, for the lock's
     /// next holder to collect. False if it could not be claimed (not out here, or the record
     /// was being rebuilt): the caller takes the exact path.
     #[inline]
