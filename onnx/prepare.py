@@ -55,6 +55,18 @@ def parse_shape(text, what):
     return shape
 
 
+def refuse_other_than_tensors(graph):
+    """Refuses a graph input that is not a tensor of fixed-size elements: a sequence, a map or an
+    optional has no single buffer, and a string tensor's elements have no fixed size."""
+    for i in graph_inputs(graph):
+        kind = i.type.WhichOneof("value")
+        if kind != "tensor_type":
+            fail(f"input {i.name!r} is a {kind or 'value of no type'}, not a tensor: graphsched runs tensors only")
+        if i.type.tensor_type.elem_type == onnx.TensorProto.STRING:
+            fail(f"input {i.name!r} is a tensor of strings, whose elements have no fixed size: "
+                 "graphsched runs tensors of numbers only")
+
+
 def fix_input_shape(model, shape_text):
     """Fixes the graph inputs' dynamic dimensions from --input-shape: one shape (for a model of
     one input, or for every input of that rank with dynamic dimensions), or NAME=SHAPE pairs
@@ -154,6 +166,19 @@ def learn_values(model, inputs):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    producer = {o: n for n in model.graph.node for o in n.output}
+
+    def who(name):
+        node = producer.get(name)
+        return f"node {node.name!r} ({node.op_type})" if node else f"value {name!r}"
+
+    for o in session.get_outputs():
+        if not o.type.startswith("tensor("):
+            fail(f"{who(o.name)} gives {o.name!r} a value of type {o.type}, not a tensor: "
+                 "graphsched runs tensors only (a sequence or a map has no single buffer)")
+        if o.type == "tensor(string)":
+            fail(f"{who(o.name)} gives {o.name!r} a tensor of strings, whose elements have no fixed size: "
+                 "graphsched runs tensors of numbers only")
     names = [o.name for o in session.get_outputs()]
     seen = []
     for seed in (1, 2):
@@ -168,16 +193,11 @@ def learn_values(model, inputs):
                 feed[name] = rng.integers(0, 2, shape).astype(dtype)
         results = session.run(names, feed)
         seen.append({n: (r.dtype, r.shape) for n, r in zip(names, results)})
-    producer = {o: n for n in model.graph.node for o in n.output}
     for name in names:
         if int(np.prod(seen[0][name][1])) == 0:
-            node = producer.get(name)
-            who = f"node {node.name!r} ({node.op_type})" if node else f"value {name!r}"
-            fail(f"{who} gives {name!r} no elements (shape {seen[0][name][1]}): graphsched buffers hold at least one byte")
+            fail(f"{who(name)} gives {name!r} no elements (shape {seen[0][name][1]}): graphsched buffers hold at least one byte")
         if seen[0][name] != seen[1][name]:
-            node = producer.get(name)
-            who = f"node {node.name!r} ({node.op_type})" if node else f"value {name!r}"
-            fail(f"{who} gives {name!r} a shape that depends on the input data "
+            fail(f"{who(name)} gives {name!r} a shape that depends on the input data "
                  f"({seen[0][name][1]} vs {seen[1][name][1]}): the model cannot be split into static nodes")
     return seen[0]
 
@@ -356,7 +376,11 @@ def main():
         return
 
     os.makedirs(args.out_dir, exist_ok=True)
-    model = onnx.load(args.model)
+    try:
+        model = onnx.load(args.model)
+    except Exception as e:  # a missing file, or one that is not an ONNX model
+        fail(f"cannot read {args.model} as an ONNX model: {e}")
+    refuse_other_than_tensors(model.graph)
     fix_input_shape(model, args.input_shape)
     constants_to_initializers(model.graph)
     fixed_path = os.path.join(args.out_dir, "fixed.onnx")

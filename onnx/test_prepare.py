@@ -195,6 +195,31 @@ done, _ = prepare("data_shaped", data_shaped, "4x8")
 expect(done.returncode == 2 and "where_positive" in done.stderr,
        f"a data-dependent shape is refused, naming the node ({done.stderr.strip()[-300:]})")
 
+# Blocked: a sequence value (as a classifier's ZipMap gives a sequence of maps) has no single
+# buffer; the message names the node and the type. So does a graph input of strings.
+sequenced = model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                   helper.make_node("SequenceConstruct", ["r", "x"], ["y"], name="as_sequence")],
+                  [x], [helper.make_value_info("y", helper.make_sequence_type_proto(
+                      helper.make_tensor_type_proto(TensorProto.FLOAT, None)))])
+done, _ = prepare("sequenced", sequenced, "4x8")
+expect(done.returncode == 2 and "as_sequence" in done.stderr and "seq(tensor(float))" in done.stderr,
+       f"a sequence value is refused, naming the node and its type ({done.stderr.strip()[-300:]})")
+words = helper.make_tensor_value_info("words", TensorProto.STRING, [4])
+stringed = model([helper.make_node("StringNormalizer", ["words"], ["y"], name="lower", case_change_action="LOWER")],
+                 [words], [helper.make_tensor_value_info("y", TensorProto.STRING, None)])
+done, _ = prepare("stringed", stringed, "")
+expect(done.returncode == 2 and "'words' is a tensor of strings" in done.stderr,
+       f"an input of strings is refused, naming it ({done.stderr.strip()[-300:]})")
+
+# Bad input: a file that is not a model.
+path = os.path.join(work, "not_a_model.onnx")
+with open(path, "w") as f:
+    f.write("not a model")
+done = subprocess.run([sys.executable, os.path.join(here, "prepare.py"), path, os.path.join(work, "not_a_model")],
+                      capture_output=True, text=True)
+expect(done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr,
+       f"a file that is not a model is refused in a sentence ({done.stderr.strip()[-300:]})")
+
 # Bad input: a shape of the wrong rank.
 done, _ = prepare("wrong_rank", branchy, "4x8x2")
 expect(done.returncode == 2 and "--input-shape gives 3" in done.stderr,
