@@ -279,7 +279,7 @@ fn write_partitions(args: &Args, threads: &[usize]) -> Result<(), String> {
         let choice = partition::choose(considered).ok_or("no way to run the clusters")?;
         let c = &choice.chosen;
         eprintln!(
-            "partition at {t} thread{}: {} nodes in {} clusters, {:?}, calls of {:.2} us (an empty one {:.2} us); simulated {:.2} -> {:.2} ms",
+            "partition at {t} thread{}: {} nodes in {} clusters, {:?}, calls of {:.2} us (an empty one {:.2} us); simulated {:.2} -> {:.2} ms; {} (the whole model {:.3} ms and {:.2} MB a run with ONNX Runtime's memory pattern, {:.3} ms and {:.2} MB value by value)",
             if t == 1 { "" } else { "s" },
             c.nodes,
             c.clusters.len(),
@@ -287,7 +287,12 @@ fn write_partitions(args: &Args, threads: &[usize]) -> Result<(), String> {
             c.call_cost_ns as f64 / 1e3,
             c.empty_call_ns as f64 / 1e3,
             c.before_ns as f64 / 1e6,
-            c.after_ns as f64 / 1e6
+            c.after_ns as f64 / 1e6,
+            if c.memory_pattern { "memory pattern" } else { "value by value" },
+            c.whole.pattern_ns as f64 / 1e6,
+            c.whole.pattern_bytes as f64 / 1e6,
+            c.whole.by_value_ns as f64 / 1e6,
+            c.whole.by_value_bytes as f64 / 1e6,
         );
         let file = partition::choice_file(&args.dir, t);
         let text = serde_json::to_string_pretty(&choice).map_err(|e| e.to_string())?;

@@ -15,7 +15,7 @@ use crate::measure::median;
 use crate::ort_api::{Arena, Runtime, SessionConfig};
 use crate::run::{Aligned, Engine, Memory, WholeModel};
 use graphsched::ffi::*;
-use graphsched::{GraphInfo, SimResult};
+use graphsched::{GraphInfo, PoolStats, SimResult};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -57,6 +57,9 @@ pub struct Proposal {
     /// value by value ([`keeps_pattern`]).
     #[serde(default)]
     pub memory_pattern: bool,
+    /// What `memory_pattern` was decided from.
+    #[serde(default)]
+    pub whole: WholeModelFigures,
     /// Operator nodes, and clusters proposed.
     pub nodes: usize,
     /// Clusters as indices of the manifest's nodes.
@@ -158,7 +161,8 @@ pub fn propose(
     // SAFETY: a finalized graph and a writable out pointer.
     let status = unsafe { gs_graph_get_info(graph.handle(), &mut info) };
     gs_check(status, "gs_graph_get_info")?;
-    let (whole_ns, by_value_ns) = whole_model_ns(&runtime, manifest, config)?;
+    let whole = whole_model(&runtime, manifest, config, pool.handle())?;
+    let whole_ns = whole.pattern_ns;
     let calls = graph.nodes.max(2) as u64 - 1;
     // The excess per call is a difference of two sums that each drift by about 1% between runs:
     // on a model of few, long nodes it can read 0 (seen on a 48-node classifier), and a
@@ -226,7 +230,8 @@ pub fn propose(
         threads,
         call_cost_ns,
         empty_call_ns,
-        memory_pattern: keeps_pattern(whole_ns, by_value_ns),
+        memory_pattern: keeps_pattern(&whole),
+        whole,
         nodes: graph.nodes,
         clusters,
         before_ns: before.makespan_ns,
@@ -262,7 +267,23 @@ fn empty_call_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig) 
     Ok(median(&mut times))
 }
 
-fn whole_model_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig) -> Result<(u64, u64), String> {
+/// The whole model in one session, with ONNX Runtime's memory pattern and value by value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WholeModelFigures {
+    /// Median run of each, measured in turns.
+    pub pattern_ns: u64,
+    pub by_value_ns: u64,
+    /// What one run adds to graphsched's pool at its peak (its values, and the kernels' scratch).
+    pub pattern_bytes: u64,
+    pub by_value_bytes: u64,
+}
+
+fn whole_model(
+    runtime: &Runtime,
+    manifest: &Manifest,
+    config: SessionConfig,
+    pool: *mut gs_pool,
+) -> Result<WholeModelFigures, String> {
     // The same model twice: with ONNX Runtime's memory pattern (one planned block a run), and
     // value by value (each value allocated when made and freed after its last read), run in
     // turns so that drift weighs on both alike.
@@ -280,6 +301,22 @@ fn whole_model_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig)
         Ok(whole)
     };
     let (mut pattern, mut each) = (whole(false)?, whole(true)?);
+    // What a run adds to the pool at its peak: from what lives between runs (the other
+    // session's, the outputs) to the peak, which is reset first.
+    let peak_bytes = |w: &mut WholeModel<'_>| -> Result<u64, String> {
+        let mut stats = PoolStats::default();
+        // SAFETY: the live pool the runtime allocates from; writable out pointers.
+        unsafe {
+            gs_check(gs_pool_reset_peaks(pool), "gs_pool_reset_peaks")?;
+            gs_check(gs_pool_get_stats(pool, &mut stats), "gs_pool_get_stats")?;
+        }
+        let before = stats.live_bytes;
+        w.run(false)?;
+        // SAFETY: as above.
+        unsafe { gs_check(gs_pool_get_stats(pool, &mut stats), "gs_pool_get_stats")? };
+        Ok(stats.peak_live_bytes.saturating_sub(before))
+    };
+    let (pattern_bytes, by_value_bytes) = (peak_bytes(&mut pattern)?, peak_bytes(&mut each)?);
     let (mut with_pattern, mut by_value) = (Vec::new(), Vec::new());
     let timed = |w: &mut WholeModel<'_>| -> Result<u64, String> {
         let start = Instant::now();
@@ -292,22 +329,34 @@ fn whole_model_ns(runtime: &Runtime, manifest: &Manifest, config: SessionConfig)
         with_pattern.push(timed(&mut pattern)?);
         by_value.push(timed(&mut each)?);
     }
-    Ok((median(&mut with_pattern), median(&mut by_value)))
+    Ok(WholeModelFigures {
+        pattern_ns: median(&mut with_pattern),
+        by_value_ns: median(&mut by_value),
+        pattern_bytes,
+        by_value_bytes,
+    })
 }
 
 /// Whether a cluster session should keep ONNX Runtime's memory pattern, from the whole model's
-/// two times (`whole_model_ns`): only where allocating value by value costs a visible share of
-/// the run (more than [`PATTERN_GAIN`]). Value by value frees each value into graphsched's pool
-/// as soon as it is dead, where the pattern holds ONNX Runtime's planned block (on the PP-OCRv4
-/// detector, 60 MiB of resident growth against 51); but on a model of many short nodes each
-/// value's allocation shows (3.5% of the classifier's run).
-pub fn keeps_pattern(with_pattern_ns: u64, by_value_ns: u64) -> bool {
-    by_value_ns as f64 > with_pattern_ns as f64 * (1.0 + PATTERN_GAIN)
+/// figures (`whole_model`). Value by value frees each value into graphsched's pool as soon as it
+/// is dead, where the pattern holds ONNX Runtime's planned block for the whole run (on the
+/// PP-OCRv4 detector, 60 MiB of resident growth against 51); but it allocates every value at
+/// every run, which shows on a model of many short nodes (3.5% of the PP-OCR classifier's run,
+/// 3.3% of PP-OCRv5's). So value by value only where it saves at least
+/// [`BY_VALUE_SAVES_BYTES`] and does not cost more than [`PATTERN_GAIN`]: the time alone
+/// decides badly near the threshold (PP-OCRv5's classifier read 0.9-2.1% in four measurements,
+/// and ran 3.3% slower value by value), and a model whose values are small saves nothing worth it.
+pub fn keeps_pattern(w: &WholeModelFigures) -> bool {
+    let saves = w.pattern_bytes.saturating_sub(w.by_value_bytes);
+    saves < BY_VALUE_SAVES_BYTES || w.by_value_ns as f64 > w.pattern_ns as f64 * (1.0 + PATTERN_GAIN)
 }
 
 /// The share of a run that allocating value by value must cost before a session keeps the
 /// memory pattern instead: above the drift of two medians taken in turns.
 pub const PATTERN_GAIN: f64 = 0.015;
+
+/// What value by value must save of a run's peak in the pool to be worth its allocations.
+pub const BY_VALUE_SAVES_BYTES: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -320,6 +369,7 @@ mod tests {
             call_cost_ns: 1000,
             empty_call_ns: 0,
             memory_pattern: false,
+            whole: WholeModelFigures::default(),
             nodes: 10,
             clusters: vec![vec![0]; clusters],
             before_ns: 100,
@@ -340,11 +390,22 @@ mod tests {
     }
 
     #[test]
-    fn the_memory_pattern_is_kept_only_where_allocating_each_value_shows() {
-        // The classifier: 0.871 ms with the pattern, 0.900 value by value (3.3%).
-        assert!(keeps_pattern(871_000, 900_000));
-        // The detector: the same time both ways, within the drift.
-        assert!(!keeps_pattern(105_000_000, 105_500_000));
-        assert!(!keeps_pattern(105_000_000, 104_000_000));
+    fn the_memory_pattern_is_kept_unless_value_by_value_saves_memory_at_little_cost() {
+        let figures = |pattern_ns, by_value_ns, pattern_bytes, by_value_bytes| WholeModelFigures {
+            pattern_ns,
+            by_value_ns,
+            pattern_bytes,
+            by_value_bytes,
+        };
+        const MIB: u64 = 1 << 20;
+        // The detector: the same time both ways, within the drift, and value by value saves 9 MiB.
+        assert!(!keeps_pattern(&figures(105_000_000, 105_500_000, 60 * MIB, 51 * MIB)));
+        assert!(!keeps_pattern(&figures(105_000_000, 104_000_000, 60 * MIB, 51 * MIB)));
+        // Saving as much but costing 3.3%: the pattern.
+        assert!(keeps_pattern(&figures(871_000, 900_000, 60 * MIB, 51 * MIB)));
+        // A classifier that reads within the drift but saves under 1 MiB: the pattern.
+        assert!(keeps_pattern(&figures(1_157_000, 1_167_000, 900_000, 500_000)));
+        // Value by value holding more than the pattern (a pool's peak past the planned block).
+        assert!(keeps_pattern(&figures(1_000_000, 1_000_000, MIB, 2 * MIB)));
     }
 }

@@ -326,6 +326,7 @@ mod tests {
             call_cost_ns: 1000,
             empty_call_ns: 0,
             memory_pattern: false,
+            whole: crate::partition::WholeModelFigures::default(),
             nodes: 3,
             clusters,
             before_ns: 100,
