@@ -71,6 +71,13 @@ if done.returncode == 0:
         # A call is given at least what an empty one (call.onnx) was measured to cost.
         expect(considered and all(0 < p["empty_call_ns"] <= p["call_cost_ns"] for p in considered),
                f"every way's call cost is at least the empty call's, measured ({considered})")
+        # The memory pattern is kept unless value by value saves at least 1 MiB a run (and costs
+        # under 1.5%): this model's values are a few hundred bytes, so every way keeps it, and
+        # records what it decided from.
+        wholes = [p.get("whole", {}) for p in considered]
+        expect(all(w.get("pattern_ns", 0) > 0 and w.get("by_value_ns", 0) > 0 and w.get("pattern_bytes", 0) > 0
+                   for w in wholes) and all(p["memory_pattern"] for p in considered),
+               f"every way keeps the memory pattern, from the whole model's times and bytes ({wholes})")
     # Serving with a priority client on graphsched's own clusters (the model serves itself as
     # the priority model): every server's rows, and the priority stream's, checked bit for bit.
     for t in ("1", "2"):
