@@ -13,9 +13,10 @@ use crate::graph::{gs_check, OnnxGraph};
 use crate::manifest::Manifest;
 use crate::measure::median;
 use crate::ort_api::{Arena, Runtime, SessionConfig};
+use crate::pool_allocator::added_at_peak;
 use crate::run::{Aligned, Engine, Memory, WholeModel};
 use graphsched::ffi::*;
-use graphsched::{GraphInfo, PoolStats, SimResult};
+use graphsched::{GraphInfo, SimResult};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -162,14 +163,13 @@ pub fn propose(
     let status = unsafe { gs_graph_get_info(graph.handle(), &mut info) };
     gs_check(status, "gs_graph_get_info")?;
     let whole = whole_model(&runtime, manifest, config, pool.handle())?;
-    let whole_ns = whole.pattern_ns;
     let calls = graph.nodes.max(2) as u64 - 1;
     // The excess per call is a difference of two sums that each drift by about 1% between runs:
     // on a model of few, long nodes it can read 0 (seen on a 48-node classifier), and a
     // partition told that calls are free merges nothing. A call never costs less than one that
     // does nothing.
     let empty_call_ns = empty_call_ns(&runtime, manifest, config)?;
-    let call_cost_ns = (info.total_work_ns.saturating_sub(whole_ns) / calls)
+    let call_cost_ns = (info.total_work_ns.saturating_sub(whole.pattern_ns) / calls)
         .max(floor_ns)
         .max(empty_call_ns);
     let options = gs_partition_options {
@@ -301,22 +301,10 @@ fn whole_model(
         Ok(whole)
     };
     let (mut pattern, mut each) = (whole(false)?, whole(true)?);
-    // What a run adds to the pool at its peak: from what lives between runs (the other
-    // session's, the outputs) to the peak, which is reset first.
-    let peak_bytes = |w: &mut WholeModel<'_>| -> Result<u64, String> {
-        let mut stats = PoolStats::default();
-        // SAFETY: the live pool the runtime allocates from; writable out pointers.
-        unsafe {
-            gs_check(gs_pool_reset_peaks(pool), "gs_pool_reset_peaks")?;
-            gs_check(gs_pool_get_stats(pool, &mut stats), "gs_pool_get_stats")?;
-        }
-        let before = stats.live_bytes;
-        w.run(false)?;
-        // SAFETY: as above.
-        unsafe { gs_check(gs_pool_get_stats(pool, &mut stats), "gs_pool_get_stats")? };
-        Ok(stats.peak_live_bytes.saturating_sub(before))
-    };
-    let (pattern_bytes, by_value_bytes) = (peak_bytes(&mut pattern)?, peak_bytes(&mut each)?);
+    // What a run adds to the pool at its peak, beyond what lives between runs (the other
+    // session's, the outputs).
+    let pattern_bytes = added_at_peak(pool, || pattern.run(false))?;
+    let by_value_bytes = added_at_peak(pool, || each.run(false))?;
     let (mut with_pattern, mut by_value) = (Vec::new(), Vec::new());
     let timed = |w: &mut WholeModel<'_>| -> Result<u64, String> {
         let start = Instant::now();

@@ -6,7 +6,10 @@
 //! are reused by the next cluster and the next run, instead of growing an arena of ONNX
 //! Runtime's own beside the pool. One memory manager for the process, counted in one place.
 
-use graphsched::ffi::{gs_pool, gs_pool_acquire, gs_pool_free, gs_pool_new, gs_pool_release, gs_status};
+use graphsched::ffi::{
+    gs_pool, gs_pool_acquire, gs_pool_free, gs_pool_get_stats, gs_pool_new, gs_pool_release, gs_pool_reset_peaks,
+    gs_status,
+};
 use ort::sys::{OrtAllocator, OrtMemoryInfo};
 use std::ffi::c_void;
 use std::ptr;
@@ -32,6 +35,22 @@ impl OwnedPool {
     pub fn handle(&self) -> *mut gs_pool {
         self.0
     }
+}
+
+/// What `work` adds to `pool` at its peak: from the bytes live before it (held by others) to
+/// the highest the pool's live bytes reach during it, the peak being reset first.
+pub fn added_at_peak<T>(pool: *mut gs_pool, work: impl FnOnce() -> Result<T, String>) -> Result<u64, String> {
+    let stats = || {
+        let mut s = graphsched::PoolStats::default();
+        // SAFETY: a live pool, a writable out pointer.
+        let read = unsafe { gs_pool_get_stats(pool, &mut s) };
+        crate::graph::gs_check(read, "gs_pool_get_stats").map(|_| s)
+    };
+    // SAFETY: a live pool.
+    crate::graph::gs_check(unsafe { gs_pool_reset_peaks(pool) }, "gs_pool_reset_peaks")?;
+    let before = stats()?.live_bytes;
+    work()?;
+    Ok(stats()?.peak_live_bytes.saturating_sub(before))
 }
 
 impl Drop for OwnedPool {

@@ -11,7 +11,7 @@ use crate::graph::{gs_check, OnnxGraph};
 use crate::manifest::Manifest;
 use crate::ort_api::{Arena, Runtime, SessionConfig};
 use crate::partition::{clusters_dir, Choice, Way};
-use crate::pool_allocator::OwnedPool;
+use crate::pool_allocator::{added_at_peak, OwnedPool};
 use crate::run::Aligned;
 use graphsched::ffi::*;
 use graphsched::{Tensor, ValueRef};
@@ -86,17 +86,8 @@ impl<'r> GsModel<'r> {
     fn measure_need(&mut self, pool: *mut gs_pool, executor: *mut gs_executor) -> Result<(), String> {
         let mut need = self.bound;
         for on in [std::ptr::null_mut(), executor] {
-            let stats = || {
-                let mut s = graphsched::PoolStats::default();
-                // SAFETY: a live pool, a writable out pointer.
-                let read = unsafe { gs_pool_get_stats(pool, &mut s) };
-                gs_check(read, "gs_pool_get_stats").map(|_| s)
-            };
-            // SAFETY: a live pool.
-            gs_check(unsafe { gs_pool_reset_peaks(pool) }, "gs_pool_reset_peaks")?;
-            let before = stats()?.live_bytes;
-            self.requests(pool, on, GS_PRIORITY_NORMAL).request(false)?;
-            need = need.max(stats()?.peak_live_bytes.saturating_sub(before));
+            let requests = self.requests(pool, on, GS_PRIORITY_NORMAL);
+            need = need.max(added_at_peak(pool, || requests.request(false))?);
         }
         self.need = need;
         Ok(())
