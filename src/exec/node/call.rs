@@ -42,7 +42,7 @@ impl RunState<'_> {
         let v = *inputs.get(slot as usize)?;
         let reads = inputs.iter().filter(|&&x| x == v).count() as u32;
         // Acquire: the other readers' decrements, and so their reads, happened before.
-        if self.refs[v as usize].load(Ordering::Acquire) != reads {
+        if self.refs.at(v).load(Ordering::Acquire) != reads {
             return None;
         }
         // SAFETY: the producer of `v` finished before this node became ready.

@@ -85,7 +85,7 @@ impl RunState<'_> {
         // SETTLE: bytes dropped, taken off the run's count at once below.
         let mut dropped = 0;
         for v in step.values().filter(|_| step.unread) {
-            if self.refs[v as usize].load(Ordering::Relaxed) == 0 {
+            if self.refs.at(v).load(Ordering::Relaxed) == 0 {
                 let bytes = self.drop_value::<LEAN, SETTLE>(v, cache.as_deref_mut());
                 if SETTLE {
                     dropped += bytes;
@@ -147,7 +147,7 @@ impl RunState<'_> {
     /// Drops one reference to value `v`; true for the last (see `RunState::refs`).
     #[inline(always)]
     fn release_ref(&self, v: u32) -> bool {
-        let before = self.refs[v as usize].fetch_sub(1, Ordering::AcqRel);
+        let before = self.refs.at(v).fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "value {v} released more often than it is read");
         before == 1
     }
@@ -156,7 +156,7 @@ impl RunState<'_> {
     /// `RunState::pending`).
     #[inline(always)]
     fn producer_done(&self, s: u32) -> bool {
-        let before = self.pending[s as usize].fetch_sub(1, Ordering::AcqRel);
+        let before = self.pending.at(s).fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "node {s} made ready more often than it has producers");
         before == 1
     }

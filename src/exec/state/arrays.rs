@@ -12,12 +12,13 @@
 
 use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::exec::memory::cache::BlockCache;
 use crate::exec::memory::reserve::Reserve;
 use crate::exec::run::outcome::Outcome;
+use crate::exec::state::counters::Counters;
 use crate::exec::state::Slot;
 use crate::graph::Graph;
 use crate::pool::Pool;
@@ -30,8 +31,8 @@ pub(in crate::exec) struct RunArrays {
     pub slots: Box<[UnsafeCell<Slot>]>,
     /// Per input slot of every node: a pointer to the descriptor in `slots` it reads.
     pub inputs: Box<[*const Tensor]>,
-    pub refs: Box<[AtomicU32]>,
-    pub pending: Box<[AtomicU32]>,
+    pub refs: Counters,
+    pub pending: Counters,
     pub caches: Box<[UnsafeCell<BlockCache>]>,
     /// The graph's priorities their last run followed, with the count of learned samples they
     /// were current for: while nothing more is learned, the next run takes them from here,
@@ -149,8 +150,8 @@ impl RunArrays {
         Box::new(RunArrays {
             slots,
             inputs,
-            refs: (0..graph.value_count()).map(|_| AtomicU32::new(0)).collect(),
-            pending: (0..graph.node_count()).map(|_| AtomicU32::new(0)).collect(),
+            refs: Counters::new(graph.value_count()),
+            pending: Counters::new(graph.node_count()),
             caches: Box::new([]),
             prio: None,
             reserve: Reserve::default(),
@@ -182,13 +183,12 @@ impl RunArrays {
     }
 
     /// Sets the counters to where a run starts: `initial_refs` as [`templates`](crate::exec::state::annex::templates) gives them,
-    /// `prio` the pending counts.
-    pub(crate) fn reset(&mut self, initial_refs: &[u32], prio: &Priorities) {
-        for (r, &start) in self.refs.iter_mut().zip(initial_refs) {
-            *r.get_mut() = start;
-        }
-        for (p, &start) in self.pending.iter_mut().zip(&prio.initial_pending) {
-            *p.get_mut() = start;
-        }
+    /// `prio` the pending counts, laid out for a run on an executor's threads (`parallel`) or on
+    /// its caller ([`counters`](crate::exec::state::counters)).
+    pub(crate) fn reset(&mut self, initial_refs: &[u32], prio: &Priorities, parallel: bool) {
+        self.refs.fit(parallel);
+        self.pending.fit(parallel);
+        self.refs.reset(initial_refs);
+        self.pending.reset(&prio.initial_pending);
     }
 }

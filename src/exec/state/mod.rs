@@ -24,6 +24,7 @@
 pub(in crate::exec) mod annex;
 pub(in crate::exec) mod arrays;
 mod control;
+pub(in crate::exec) mod counters;
 mod counts;
 pub(in crate::exec) use counts::Tally;
 pub(in crate::exec) mod end;
@@ -32,7 +33,7 @@ pub(in crate::exec) use control::{lock, panic_text, Stop};
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -45,6 +46,7 @@ use crate::exec::padded::CachePadded;
 use crate::exec::run::CancelToken;
 use crate::exec::state::annex::Step;
 use crate::exec::state::arrays::RunArrays;
+use crate::exec::state::counters::CountersView;
 use crate::exec::workers::window::Window;
 use crate::graph::Graph;
 use crate::kernel::Buffer;
@@ -113,12 +115,12 @@ pub(in crate::exec) struct RunState<'r> {
     /// after every read. A value with a single read and no place in the result is never
     /// counted down: its one reader frees it (its count stays 1, which `take_over` reads as
     /// "this node is the last reader", as it is).
-    pub(in crate::exec) refs: &'r [AtomicU32],
+    pub(in crate::exec) refs: CountersView<'r>,
     /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
     /// node ready: it is ordered after every producer's slot writes. A node with a single
     /// producer is never counted down: that producer makes it ready, and hands it over on its
     /// own thread or through a queue, which orders the slot writes as the count would.
-    pub(in crate::exec) pending: &'r [AtomicU32],
+    pub(in crate::exec) pending: CountersView<'r>,
     /// Queued, running and deferred tasks and pending nodes of the run (module docs): reaches 0
     /// exactly once, when the run is over. AcqRel, so the caller that sees 0 sees everything the tasks did. Every task
     /// writes it: on its own cache line.
@@ -228,8 +230,8 @@ impl<'r> RunState<'r> {
             arrays,
             slots: &arrays.slots,
             inputs: &arrays.inputs,
-            refs: &arrays.refs,
-            pending: &arrays.pending,
+            refs: arrays.refs.view(),
+            pending: arrays.pending.view(),
             active: CachePadded(AtomicUsize::new(0)),
             stop: Stop::new(cancel, deadline),
             tally: Tally::default(),
