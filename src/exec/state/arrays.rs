@@ -183,8 +183,8 @@ impl RunArrays {
     }
 
     /// Sets the counters to where a run starts: `initial_refs` as [`templates`](crate::exec::state::annex::templates) gives them,
-    /// `prio` the pending counts, laid out for a run on an executor's threads (`parallel`) or on
-    /// its caller ([`counters`](crate::exec::state::counters)).
+    /// `prio` the pending counts, laid out for a run on two threads or more (`parallel`) or on
+    /// one ([`counters`](crate::exec::state::counters)).
     pub(crate) fn reset(&mut self, initial_refs: &[u32], prio: &Priorities, parallel: bool) {
         self.refs.fit(parallel);
         self.pending.fit(parallel);

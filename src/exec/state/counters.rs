@@ -1,16 +1,16 @@
 //! A run's counters: one `AtomicU32` per value (`refs`) or per node (`pending`), each on a
-//! cache line of its own where a small graph runs on an executor's threads.
+//! cache line of its own where a small graph runs on two threads or more.
 //!
 //! Packed in order, sixteen neighbours share each 64-byte line: the values or nodes of one
 //! layer of a graph, which its threads finish together. Each decrement then takes the line from
 //! the thread that decremented a neighbour a moment before, though no two of them touch the same
 //! counter (false sharing): on two threads, forced onto the executor, these two locked
 //! decrements were 45% of a node's time in the layered benchmark (`perf annotate`, 2026-12-05).
-//! So in a run on an executor's threads, up to [`PADDED_UP_TO`] counters each get a line (64
+//! So in a run on two threads or more, up to [`PADDED_UP_TO`] counters each get a line (64
 //! bytes; 64 KiB at most an array), and an access costs one shift more. Otherwise they stay
-//! packed. A run on its caller alone shares nothing, and wants its working set small: padded,
-//! the layered benchmark ran 10% slower there (its counters alone no longer fit in L1 beside
-//! the slots). A larger graph's threads work far apart in it (a thief takes the oldest task),
+//! packed. A run on one thread (its caller, or an executor of one) shares nothing, and wants its
+//! working set small: padded, the layered benchmark ran 10% slower there (its counters alone no
+//! longer fit in L1 beside the slots). A larger graph's threads work far apart in it (a thief takes the oldest task),
 //! and a thread going through consecutive nodes wants their counters on the lines it already
 //! holds; padded, a million nodes would also take 64 MB an array.
 
@@ -40,8 +40,8 @@ impl Counters {
         }
     }
 
-    /// Lays the counters out for a run on an executor's threads (`parallel`) or on its caller
-    /// (module docs): new ones, all 0, if the layout changes, else these as they are.
+    /// Lays the counters out for a run on two threads or more (`parallel`) or on one (module
+    /// docs): new ones, all 0, if the layout changes, else these as they are.
     pub(in crate::exec) fn fit(&mut self, parallel: bool) {
         let shift = if parallel && self.len <= PADDED_UP_TO {
             LINE_SHIFT
