@@ -10,14 +10,14 @@
 //! bytes; 64 KiB at most an array), and an access costs one shift more. Otherwise they stay
 //! packed. A run on one thread (its caller, or an executor of one) shares nothing, and wants its
 //! working set small: padded, the layered benchmark ran 10% slower there (its counters alone no
-//! longer fit in L1 beside the slots). A larger graph's threads work far apart in it (a thief takes the oldest task),
-//! and a thread going through consecutive nodes wants their counters on the lines it already
-//! holds; padded, a million nodes would also take 64 MB an array.
+//! longer fit in L1 beside the slots). A larger graph's threads work far apart in it (a thief
+//! takes the oldest task), and a thread going through consecutive nodes wants their counters on
+//! the lines it already holds; padded, a million nodes would also take 64 MB an array.
 
 use std::sync::atomic::AtomicU32;
 
 /// The most counters an array gives a line each (module docs).
-pub(in crate::exec) const PADDED_UP_TO: usize = 1024;
+const PADDED_UP_TO: usize = 1024;
 
 /// `u32` counters in a 64-byte line: `1 << LINE_SHIFT`.
 const LINE_SHIFT: u32 = 4;
@@ -25,7 +25,6 @@ const LINE_SHIFT: u32 = 4;
 /// `len` counters, packed or each on its own line (module docs).
 pub(in crate::exec) struct Counters {
     cells: Box<[AtomicU32]>,
-    len: usize,
     /// Counter `i` is at `cells[i << shift]`: `LINE_SHIFT` padded, 0 packed.
     shift: u32,
 }
@@ -35,7 +34,6 @@ impl Counters {
     pub(in crate::exec) fn new(len: usize) -> Self {
         Counters {
             cells: (0..len).map(|_| AtomicU32::new(0)).collect(),
-            len,
             shift: 0,
         }
     }
@@ -43,15 +41,17 @@ impl Counters {
     /// Lays the counters out for a run on two threads or more (`parallel`) or on one (module
     /// docs): new ones, all 0, if the layout changes, else these as they are.
     pub(in crate::exec) fn fit(&mut self, parallel: bool) {
-        let shift = if parallel && self.len <= PADDED_UP_TO {
-            LINE_SHIFT
-        } else {
-            0
-        };
+        let len = self.len();
+        let shift = if parallel && len <= PADDED_UP_TO { LINE_SHIFT } else { 0 };
         if shift != self.shift {
-            self.cells = (0..self.len << shift).map(|_| AtomicU32::new(0)).collect();
+            self.cells = (0..len << shift).map(|_| AtomicU32::new(0)).collect();
             self.shift = shift;
         }
+    }
+
+    /// How many counters there are.
+    fn len(&self) -> usize {
+        self.cells.len() >> self.shift
     }
 
     /// The counters as a run reads them: a copy of the slice and the layout, so that an access
@@ -66,7 +66,7 @@ impl Counters {
     /// Sets counter `i` to `starts[i]` for each `i` (the counters `starts` does not reach keep
     /// their values).
     pub(in crate::exec) fn reset(&mut self, starts: &[u32]) {
-        let starts = &starts[..starts.len().min(self.len)];
+        let starts = &starts[..starts.len().min(self.len())];
         if self.shift == 0 {
             // Packed: a plain copy, as each run of a large graph makes it.
             for (cell, &start) in self.cells.iter_mut().zip(starts) {
