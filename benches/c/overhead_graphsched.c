@@ -7,6 +7,7 @@
  * OH_FREEZE=1: runs keep the estimates as they are (no kernel is timed). OH_FORCE_EXECUTOR=1:
  * runs stay on the executor's threads (GS_RUN_FORCE_EXECUTOR) even where graphsched would run
  * them on the caller alone (a chain, or kernels too short to pay for the threads).
+ * OH_NO_WALL_TIME=1: runs read no clock for their wall time (GS_RUN_NO_WALL_TIME).
  * OH_SCRATCH=N: each kernel also takes N bytes of scratch from the run's pool and gives them back
  * (gs_ctx_pool, gs_pool_acquire, gs_pool_release), as kernels that need temporaries do: what the
  * thread heaps cost a node, and a run's start (the settle visits heaps that hold free blocks).
@@ -62,6 +63,10 @@ static void bench(gs_executor *ex, gs_pool *pool, oh_workload *w) {
   /* OH_AUTO_PLAN=1: runs on the graph's own static plan (GS_RUN_AUTO_PLAN): one arena a run. */
   const char *auto_plan = getenv("OH_AUTO_PLAN");
   if (auto_plan && atoi(auto_plan)) opts.flags |= GS_RUN_AUTO_PLAN;
+  /* OH_NO_WALL_TIME=1: runs read no clock for their wall time (GS_RUN_NO_WALL_TIME), as oneTBB's
+   * graphs time nothing. */
+  const char *untimed = getenv("OH_NO_WALL_TIME");
+  if (untimed && atoi(untimed)) opts.flags |= GS_RUN_NO_WALL_TIME;
   const char *force = getenv("OH_FORCE_EXECUTOR");
   if (force && atoi(force)) opts.flags |= GS_RUN_FORCE_EXECUTOR;
 

@@ -47,15 +47,18 @@ one() {
   fi
 }
 
-# config NAME TITLE TBB_ENV GS_ENV: every round of one configuration.
+# config NAME TITLE TBB_ENV GS_ENV [WORKLOADS]: every round of one configuration, on every
+# workload or the ones named.
 config() {
   local name=$1 title=$2 tbb_env=$3 gs_env=$4
+  local -a only=("${workloads[@]}")
+  [ $# -ge 5 ] && read -r -a only <<< "$5"
   echo
   echo "== per-node overhead, $title (construction excluded; median of 5 per line, $rounds rounds) =="
   [ "$have_tbb" -eq 1 ] || echo "tbb        (not built: oneTBB not found)"
   [ "$have_gs" -eq 1 ] || { echo "graphsched (not built: see the build errors above)"; status=1; }
   for round in $(seq "$rounds"); do
-    for w in "${workloads[@]}"; do
+    for w in "${only[@]}"; do
       # shellcheck disable=SC2086 # the env strings are lists of assignments
       [ "$have_tbb" -eq 1 ] && one "$name" "$round" tbb $tbb_env -- "$build/benches/c/overhead_tbb" "$w"
       # shellcheck disable=SC2086
@@ -73,6 +76,10 @@ config seq "sequential graphsched (no executor; compared with oneTBB on 1 thread
 # the runs above go on the caller alone (a chain; kernels too short to pay for the threads).
 config 2-forced "graphsched forced onto the executor (2 threads; compared with oneTBB on 2)" \
   "OH_THREADS=2" "OH_THREADS=2 OH_FORCE_EXECUTOR=1"
+# The round trips again, runs reading no clock for their wall time (GS_RUN_NO_WALL_TIME): oneTBB's
+# graphs time nothing, and two reads of the clock are a fifth of a one-node run.
+config 1-untimed "round trips reading no clock (GS_RUN_NO_WALL_TIME; 1 thread)" \
+  "OH_THREADS=1" "OH_THREADS=1 OH_NO_WALL_TIME=1" "single pair"
 
 # graphsched / oneTBB per configuration and workload: each program's median over the rounds,
 # and the median (lowest, highest) of the rounds' own ratios.

@@ -206,6 +206,14 @@ pub(super) fn results(s: &mut Spec) {
         flags: GS_RUN_TRACE,
         ..Default::default()
     };
+    let untimed = gs_run_options {
+        flags: GS_RUN_NO_WALL_TIME,
+        ..Default::default()
+    };
+    let unknown_flag = gs_run_options {
+        flags: GS_RUN_NO_WALL_TIME << 1,
+        ..Default::default()
+    };
     let n = TRACES.fetch_add(1, Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!("graphsched-ffi-trace-{}-{n}.json", std::process::id()));
     let cpath = CString::new(path.to_str().unwrap()).unwrap();
@@ -231,6 +239,16 @@ pub(super) fn results(s: &mut Spec) {
             gs_result_stats(r as *const gs_run_result, null_mut()) => GS_ERR_NULL_ARGUMENT, "'out'";
         "the result is freed": gs_result_free(r) => returns (), "";
         "a freed result": gs_result_output(r, ValueRef::new(0, 0), &mut t) => GS_ERR_INVALID_HANDLE, "gs_run_result";
+        "a run that reads no clock for its wall time": gs_run(g, pool, &untimed, &mut r) => GS_OK, "";
+        "its outputs are there": gs_result_output(r, ValueRef::new(0, 0), &mut t) => GS_OK, "";
+        "and its wall time reads 0": {
+            let mut stats = graphsched::RunStats::default();
+            // SAFETY: the result is live; `stats` is writable.
+            let status = unsafe { gs_result_stats(r as *const gs_run_result, &mut stats) };
+            status == gs_status::GS_OK && stats.wall_ns == 0 && stats.nodes_run == 2
+        } => is true;
+        "its result is freed too": gs_result_free(r) => returns (), "";
+        "a flag bit that does not exist": gs_run(g, pool, &unknown_flag, &mut r) => GS_ERR_INVALID_ARGUMENT, "unknown bits 0x20";
         "freeing a NULL result does nothing": gs_result_free(null_mut()) => returns (), "";
     }
     let _ = std::fs::remove_file(&path);

@@ -70,7 +70,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
         }
     }
     let options = &options;
-    let stopwatch = Stopwatch::start();
+    let stopwatch = (!options.no_wall_time).then(Stopwatch::start);
     // Traces and observers count times from the run's start; no other run reads the clock for it.
     let started = (options.trace || options.observer.is_some()).then(Instant::now);
     if let Some(plan) = options.plan {
@@ -221,7 +221,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     arrays.outcome = Outcome {
         stats: RunStats {
             // A queued run's wait is not its time.
-            wall_ns: stopwatch.elapsed_ns().saturating_sub(queued_ns),
+            wall_ns: stopwatch.map_or(0, |s| s.elapsed_ns().saturating_sub(queued_ns)),
             nodes_run,
             peak_live_bytes,
             acquires,

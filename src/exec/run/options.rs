@@ -99,6 +99,11 @@ pub struct RunOptions<'a> {
     /// Keep the graph's learned estimates as they are (do not time the kernels). A graph no run
     /// has measured then keeps the executor's threads (`Priorities::spreading_pays`).
     pub freeze_estimates: bool,
+    /// Read no clock for the run's wall time: [`RunStats::wall_ns`](crate::exec::RunStats::wall_ns) stays 0. The two reads
+    /// (the time-stamp counter, or `clock_gettime`: 20-40 ns each on a virtual machine) are a
+    /// fifth of a one-node run's round trip; a caller that times its runs itself, or not at
+    /// all, need not pay them.
+    pub no_wall_time: bool,
     /// Record when and where every node ran ([`RunResult::events`](crate::exec::RunResult::events)) and the time spent in
     /// kernels; costs a clock reading and a lock per node.
     pub trace: bool,

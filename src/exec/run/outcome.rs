@@ -9,7 +9,8 @@ use crate::trace::NodeEvent;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunStats {
-    /// Wall-clock duration of the run, in nanoseconds.
+    /// Wall-clock duration of the run, in nanoseconds; 0 where the run was asked to read no clock
+    /// for it (`RunOptions::no_wall_time`, `GS_RUN_NO_WALL_TIME`).
     pub wall_ns: u64,
     /// Operator nodes executed (graph inputs are not run).
     pub nodes_run: u64,
