@@ -30,6 +30,7 @@
 //! ```
 
 use std::ffi::{c_void, CStr, CString};
+use std::sync::atomic::AtomicU32;
 
 use crate::error::{err, ErrorKind, Result};
 use crate::tensor::Tensor;
@@ -252,20 +253,26 @@ impl CKernel {
     }
 }
 
-/// One value during a run: its descriptor and the buffer behind it. Laid out so that what a
-/// steady run writes of a value (its buffer, then the descriptor's data, size, type and rank:
-/// `Slot::place`) is the first 48 bytes of one cache line: the shape's 128 bytes after them are
-/// the kernel's to write, if it sets one. A chain of 100,000 values then writes one line a
-/// value rather than two (10-30% of its time, benches/c/compare_overhead.sh).
-#[derive(Clone, Copy)]
+/// One value during a run: its readers still to come, its descriptor and the buffer behind it.
+/// Laid out so that what a steady run touches of a value (its count of readers, its buffer,
+/// then the descriptor's data, size, type and rank: `Slot::place`) is the first 56 bytes of one
+/// cache line: the shape's 128 bytes after them are the kernel's to write, if it sets one. A
+/// chain of 100,000 values then writes one line a value rather than two (10-30% of its time,
+/// benches/c/compare_overhead.sh); and where a value's readers run on other threads than its
+/// producer, the line each of them reads the value's address from is the line it counts itself
+/// off on (`RunState::refs`), where a count of its own took one more line from thread to thread.
 #[repr(C, align(64))]
 pub(crate) struct Slot {
+    /// The run's count of the value's readers still to finish (see `RunState::refs`): set by
+    /// its producer as it ends, or by its binding; counted down by its readers. Atomic, and
+    /// never reached through a `&mut Slot` while another thread may count it.
+    pub refs: AtomicU32,
     /// The pool block behind the value; `NONE` for caller memory and values not made yet.
     pub buffer: Buffer,
     pub tensor: Tensor,
 }
 
-// Three lines, what `place` writes in the first.
+// Three lines, what a run touches in the first.
 static_assertions::const_assert_eq!(std::mem::size_of::<Slot>(), 192);
 static_assertions::const_assert!(std::mem::offset_of!(Slot, tensor) + 24 <= 64);
 
@@ -288,6 +295,7 @@ impl Slot {
 impl Default for Slot {
     fn default() -> Self {
         Slot {
+            refs: AtomicU32::new(0),
             tensor: Tensor::empty(),
             buffer: Buffer::NONE,
         }

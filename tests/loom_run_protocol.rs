@@ -28,7 +28,9 @@
 //!   to those steps if its producer started ahead.
 //! - Nodes (`RunState::execute`, `run_kernel`, `end_node_ok`, `drop_value`): each makes one value
 //!   of a static size, held in a slot written by its producer and emptied by its last reader
-//!   (reference and `pending` counts with the real orderings); the continuation rule keeps the
+//!   (reference and `pending` counts with the real orderings: the producer sets its value's count
+//!   of readers as it ends, before it makes them ready, `Mutation::CountReadersLate`); the
+//!   continuation rule keeps the
 //!   first node made ready and queues the rest (`RunState::continuation`, all nodes in one band).
 //!   A node's rank (the order of `waiting`) is its index.
 //! - Threads: the caller (loom's main thread) and one worker (`Shared::worker_main`), as on an
@@ -459,6 +461,19 @@ fn mutation_count_after_push_is_caught() {
     // node was counted.
     let message = violation(diamond(0), Mutation::CountAfterPush, Expect::Complete, 3);
     assert!(ACTIVE_BROKEN.iter().any(|m| message.contains(m)), "{message}");
+}
+
+#[test]
+fn mutation_count_readers_late_is_caught() {
+    // Only in an interleaving: B runs on the other thread and counts A's output down before A
+    // set its count, so the value is never freed (or freed twice).
+    let message = violation(diamond(0), Mutation::CountReadersLate, Expect::Complete, 3);
+    assert!(
+        ["live bytes after the run", "dropped before it was made"]
+            .iter()
+            .any(|m| message.contains(m)),
+        "{message}"
+    );
 }
 
 #[test]

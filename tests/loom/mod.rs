@@ -44,6 +44,9 @@ pub enum Mutation {
     /// The kernel's thread hands the run its counts (`RunState::flush`) after its arrival at
     /// the pending node instead of before: the node, and the run, may have ended meanwhile.
     FlushAfterArrival,
+    /// The producer sets its output's count of readers after it made them ready, not before: a
+    /// reader on another thread may count down a count not set yet.
+    CountReadersLate,
 }
 
 pub const MEMORY_LIMIT: &str = "memory limit";
@@ -143,7 +146,8 @@ impl PendingNode {
 impl Run {
     fn new(spec: Arc<Spec>, mutation: Mutation) -> Run {
         let n = spec.inputs.len();
-        let refs = (0..n).map(|v| AtomicU32::new(spec.successors[v].len() as u32 + spec.output[v] as u32));
+        // Counts of readers start unset: each producer sets its output's as it ends (`RunState::refs`).
+        let refs = (0..n).map(|_| AtomicU32::new(0));
         Run {
             alive: UnsafeCell::new(true),
             counts: [UnsafeCell::new(0), UnsafeCell::new(0)],
@@ -397,7 +401,13 @@ impl Run {
     /// `freed` too.)
     fn end_node_ok(&self, node: usize, ready: &mut Vec<usize>, admitted: &mut Vec<usize>) {
         let mut freed = Vec::new();
-        if self.refs[node].load(Ordering::Relaxed) == 0 && self.drop_value(node) {
+        // Its output's count of readers, set before any reader is made ready (Relaxed: the
+        // successors' AcqRel decrements below carry it to them).
+        let reads = self.spec.successors[node].len() as u32 + self.spec.output[node] as u32;
+        if self.mutation != Mutation::CountReadersLate {
+            self.refs[node].store(reads, Ordering::Relaxed);
+        }
+        if reads == 0 && self.drop_value(node) {
             freed.push(node);
         }
         for &v in &self.spec.inputs[node] {
@@ -412,6 +422,9 @@ impl Run {
             if self.pending[s].fetch_sub(1, Ordering::AcqRel) == 1 {
                 ready.push(s);
             }
+        }
+        if self.mutation == Mutation::CountReadersLate {
+            self.refs[node].store(reads, Ordering::Relaxed);
         }
     }
 

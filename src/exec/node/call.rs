@@ -41,8 +41,9 @@ impl RunState<'_> {
         let inputs = self.graph.node_inputs(node);
         let v = *inputs.get(slot as usize)?;
         let reads = inputs.iter().filter(|&&x| x == v).count() as u32;
-        // Acquire: the other readers' decrements, and so their reads, happened before.
-        if self.refs.at(v).load(Ordering::Acquire) != reads {
+        // This node makes every read of the value (so its count is never set: `refs`), or the
+        // others' decrements, and so their reads, happened before (Acquire).
+        if self.initial_refs[v as usize] != reads && self.refs(v).load(Ordering::Acquire) != reads {
             return None;
         }
         // SAFETY: the producer of `v` finished before this node became ready.

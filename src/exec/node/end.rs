@@ -84,8 +84,19 @@ impl RunState<'_> {
         }
         // SETTLE: bytes dropped, taken off the run's count at once below.
         let mut dropped = 0;
+        // Its outputs' counts of readers (`RunState::refs`), on the lines it placed them on, before
+        // any reader is made ready below. Only where readers count down: a count of 0 or 1 is
+        // never read (see `refs`).
+        if step.counted {
+            for v in step.values() {
+                let reads = self.initial_refs[v as usize];
+                if reads > 1 {
+                    self.refs(v).store(reads, Ordering::Relaxed);
+                }
+            }
+        }
         for v in step.values().filter(|_| step.unread) {
-            if self.refs.at(v).load(Ordering::Relaxed) == 0 {
+            if self.initial_refs[v as usize] == 0 {
                 let bytes = self.drop_value::<LEAN, SETTLE>(v, cache.as_deref_mut());
                 if SETTLE {
                     dropped += bytes;
@@ -144,10 +155,21 @@ impl RunState<'_> {
         }
     }
 
-    /// Drops one reference to value `v`; true for the last (see `RunState::refs`).
+    /// Drops one reference to value `v`; true for the last (see `RunState::refs`). In a
+    /// sequential run every count is its thread's alone (as its live bytes are,
+    /// `RunState::add_live`): a plain load and store, where a locked decrement cost a few times
+    /// more.
     #[inline(always)]
     fn release_ref(&self, v: u32) -> bool {
-        let before = self.refs.at(v).fetch_sub(1, Ordering::AcqRel);
+        let refs = self.refs(v);
+        let before = match self.sequential {
+            true => {
+                let before = refs.load(Ordering::Relaxed);
+                refs.store(before.wrapping_sub(1), Ordering::Relaxed);
+                before
+            }
+            false => refs.fetch_sub(1, Ordering::AcqRel),
+        };
         debug_assert!(before > 0, "value {v} released more often than it is read");
         before == 1
     }

@@ -160,7 +160,13 @@ struct CallTimes {
 /// After a kernel succeeded: every output exists, sits where the run put it, and fits.
 #[inline(always)]
 pub(in crate::exec) fn check_outputs(g: &Graph, node: u32, outputs: &[Slot]) -> Result<()> {
-    for (k, Slot { tensor: t, buffer: b }) in outputs.iter().enumerate() {
+    for (
+        k,
+        Slot {
+            tensor: t, buffer: b, ..
+        },
+    ) in outputs.iter().enumerate()
+    {
         let problem = if b.ptr.is_null() {
             "is dynamic but the kernel did not allocate it".to_string()
         } else if t.data != b.ptr {

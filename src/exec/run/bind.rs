@@ -1,5 +1,7 @@
 //! Binding a run's graph inputs to caller memory, with a sentence for each way it can be wrong.
 
+use std::sync::atomic::AtomicU32;
+
 use crate::error::{err, ErrorKind, Result};
 use crate::exec::run::InputBinding;
 use crate::exec::state::{RunState, Slot};
@@ -68,6 +70,7 @@ impl RunState<'_> {
             if tensor.nbytes == 0 {
                 // An empty tensor: whatever the caller bound, NULL too, kernels see EMPTY_DATA.
                 *self.slot_mut(v) = Slot {
+                    refs: AtomicU32::new(self.initial_refs[v as usize]),
                     tensor: Tensor {
                         data: EMPTY_DATA,
                         ..tensor
@@ -91,7 +94,9 @@ impl RunState<'_> {
                     ),
                 );
             }
+            // Its readers' count, as a producer sets its outputs' (`RunState::refs`).
             *self.slot_mut(v) = Slot {
+                refs: AtomicU32::new(self.initial_refs[v as usize]),
                 tensor,
                 buffer: Buffer::NONE,
             };

@@ -147,7 +147,7 @@ pub fn run(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>) -> Re
     };
     let hints = hints.and_then(|h| Some((h, pool.room_for(h.bytes as usize)?)));
     let templates = crate::exec::state::annex::templates(graph);
-    arrays.reset(templates.1, &prio.0, threads > 1);
+    arrays.reset(&prio.0, threads > 1);
     // A block, so that the state drops where it lies (`drop(state)` moved it whole first), and
     // before the arrays it borrows: after a failure they go back to the graph empty.
     let ((nodes_run, peak_live_bytes, acquires), busy_ns, events, arena, prio, (waited_ns, queued_ns)) = {

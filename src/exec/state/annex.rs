@@ -43,6 +43,9 @@ pub(in crate::exec) struct Step {
     pub plain: bool,
     /// One of its outputs has no reader and is no graph output: it goes as the node ends.
     pub unread: bool,
+    /// One of its outputs is counted down by its readers (two reads or more, a graph output's
+    /// place in the result one of them): the node sets its count as it ends (`RunState::refs`).
+    pub counted: bool,
     /// One of its outputs is large enough for a hint (`Hints`): the short path, which takes
     /// every block from the thread's cache, is not for it in a run with hints.
     pub hinted: bool,
@@ -113,6 +116,9 @@ fn bin(graph: &Graph) -> &Bin {
             unread: values
                 .clone()
                 .any(|v| graph.consumers(v) == 0 && !graph.is_graph_output(v)),
+            counted: values
+                .clone()
+                .any(|v| graph.consumers(v) + graph.is_graph_output(v) as u32 > 1),
             hinted: values
                 .clone()
                 .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),

@@ -7,8 +7,9 @@
 //! rest stale until the binding rewrites it whole or its producer's placement (`Slot::place`)
 //! rewrites its head and clears a shape left behind, before anyone reads it (the run that held
 //! them freed each value, see `RunState`'s `Drop`; its result emptied the outputs' slots) — so
-//! reuse only resets the counters, from the graph's templates. `SpareArrays::keep` checks it in
-//! debug builds.
+//! reuse only resets the nodes' pending counts, from the graph's priorities (a value's count of
+//! readers, in its slot, is set by its producer: `RunState::refs`). `SpareArrays::keep` checks it
+//! in debug builds.
 
 use std::cell::UnsafeCell;
 use std::ptr;
@@ -25,13 +26,12 @@ use crate::pool::Pool;
 use crate::sched::Priorities;
 use crate::tensor::Tensor;
 
-/// A run's arrays: value slots, value reference counts, node pending counts, and the threads'
-/// block caches.
+/// A run's arrays: value slots (with each value's count of readers), node pending counts, and
+/// the threads' block caches.
 pub(in crate::exec) struct RunArrays {
     pub slots: Box<[UnsafeCell<Slot>]>,
     /// Per input slot of every node: a pointer to the descriptor in `slots` it reads.
     pub inputs: Box<[*const Tensor]>,
-    pub refs: Counters,
     pub pending: Counters,
     pub caches: Box<[UnsafeCell<BlockCache>]>,
     /// The graph's priorities their last run followed, with the count of learned samples they
@@ -150,7 +150,6 @@ impl RunArrays {
         Box::new(RunArrays {
             slots,
             inputs,
-            refs: Counters::new(graph.value_count()),
             pending: Counters::new(graph.node_count()),
             caches: Box::new([]),
             prio: None,
@@ -182,13 +181,12 @@ impl RunArrays {
         }
     }
 
-    /// Sets the counters to where a run starts: `initial_refs` as [`templates`](crate::exec::state::annex::templates) gives them,
-    /// `prio` the pending counts, laid out for a run on two threads or more (`parallel`) or on
-    /// one ([`counters`](crate::exec::state::counters)).
-    pub(crate) fn reset(&mut self, initial_refs: &[u32], prio: &Priorities, parallel: bool) {
-        self.refs.fit(parallel);
+    /// Sets the nodes' pending counts to where a run starts (`prio`'s), laid out for a run on two
+    /// threads or more (`parallel`) or on one ([`counters`](crate::exec::state::counters)). The
+    /// values' counts of readers need no reset: each value's producer sets its own as it ends
+    /// (`RunState::refs`).
+    pub(crate) fn reset(&mut self, prio: &Priorities, parallel: bool) {
         self.pending.fit(parallel);
-        self.refs.reset(initial_refs);
         self.pending.reset(&prio.initial_pending);
     }
 }

@@ -1,5 +1,6 @@
-//! A run's counters: one `AtomicU32` per value (`refs`) or per node (`pending`), each on a
-//! cache line of its own where a small graph runs on two threads or more.
+//! A run's per-node counters (`pending`): one `AtomicU32` per node, each on a cache line of its
+//! own where a small graph runs on two threads or more. (A value's count of readers lives in its
+//! slot, on the line its readers take its address from: `RunState::refs`.)
 //!
 //! Packed in order, sixteen neighbours share each 64-byte line: the values or nodes of one
 //! layer of a graph, which its threads finish together. Each decrement then takes the line from

@@ -4,9 +4,11 @@
 //! - A value's slot is written once, by its producer, before the producer decrements its
 //!   consumers' `pending` counts (AcqRel). A consumer reads the slot only after its own count
 //!   reached 0, so it sees the write.
-//! - A slot is emptied by the thread whose decrement of the value's `refs` reached 0 (AcqRel), so
-//!   every reader has ended with it. Graph outputs hold one extra reference that only the
-//!   caller drops, after the run is over.
+//! - A value's count of readers (`refs`, in its slot beside the descriptor but never reached
+//!   through a `&mut Slot` while others may count it) is set by its producer as it ends, before
+//!   it makes any reader ready. A slot is emptied by the thread whose decrement of that count
+//!   reached 0 (AcqRel), so every reader has ended with it. Graph outputs hold one extra
+//!   reference that only the caller drops, after the run is over.
 //! - `active` counts the run's queued and running tasks, the tasks the window deferred, and its
 //!   pending nodes (each holds the place of the task that ran its kernel until the task that ends
 //!   it runs, [`pending`](crate::exec::node::pending)). Each task pushes the successors it made ready (incrementing
@@ -33,7 +35,7 @@ pub(in crate::exec) use control::{lock, panic_text, Stop};
 
 use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -110,12 +112,6 @@ pub(in crate::exec) struct RunState<'r> {
     /// Per input slot of every node (in the graph's order of inputs): the descriptor it reads,
     /// in `slots`. Fixed for the arrays' life, so a kernel's inputs are a slice of it.
     pub(in crate::exec) inputs: &'r [*const Tensor],
-    /// Per value: readers still to finish, plus one for a graph output. The decrement that
-    /// reaches 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so
-    /// after every read. A value with a single read and no place in the result is never
-    /// counted down: its one reader frees it (its count stays 1, which `take_over` reads as
-    /// "this node is the last reader", as it is).
-    pub(in crate::exec) refs: CountersView<'r>,
     /// Per node: producers still to finish. The decrement that reaches 0 (AcqRel) makes the
     /// node ready: it is ordered after every producer's slot writes. A node with a single
     /// producer is never counted down: that producer makes it ready, and hands it over on its
@@ -230,7 +226,6 @@ impl<'r> RunState<'r> {
             arrays,
             slots: &arrays.slots,
             inputs: &arrays.inputs,
-            refs: arrays.refs.view(),
             pending: arrays.pending.view(),
             active: CachePadded(AtomicUsize::new(0)),
             stop: Stop::new(cancel, deadline),
@@ -269,6 +264,24 @@ impl<'r> RunState<'r> {
             ended: false,
             queued: None,
         }
+    }
+
+    /// Per value: readers still to finish, plus one for a graph output, in the value's slot
+    /// (`Slot::refs`). Its producer sets it as it ends, before it makes any reader ready (and
+    /// its binding, before the run starts): nobody reads it before. The decrement that reaches
+    /// 0 (AcqRel) frees the value: it is ordered after every reader's decrement, so after every
+    /// read. A count that starts at 0 or 1 is neither set by a producer nor read: a value with
+    /// no reader goes as its producer ends, and one with a single read and no place in the
+    /// result is freed by that reader, with no atomic (and `take_over`, which asks whether a
+    /// node is a value's last reader, knows it is when the node makes all of its reads).
+    #[inline(always)]
+    pub(in crate::exec) fn refs(&self, v: u32) -> &AtomicU32 {
+        // SAFETY: the count is reached through a pointer to the field alone, never through a
+        // reference to the whole slot: whoever holds `&mut Slot` (the producer while it places
+        // and calls, the last reader as it empties the slot) does so while no other thread
+        // counts the value (its readers start after the producer ends, and the last decrement
+        // comes after every other), so no access to the count overlaps one.
+        unsafe { &*std::ptr::addr_of!((*self.slots[v as usize].get()).refs) }
     }
 
     /// The slot of value `v`, for the calling thread: `&mut self` is had only before any node
