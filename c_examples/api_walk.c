@@ -218,7 +218,7 @@ static void act_run(Walk *w) {
         uint32_t j = pick(w, (uint32_t)i);
         tmp = bind[i - 1], bind[i - 1] = bind[j], bind[j] = tmp;
     }
-    gs_run_options o = {.inputs = bind, .num_inputs = nb, .window = pick(w, 4), .policy = pick(w, 4), .flags = pick(w, 16)};
+    gs_run_options o = {.inputs = bind, .num_inputs = nb, .window = pick(w, 4), .policy = pick(w, 4), .flags = pick(w, 32)};
     const gs_run_options *opts = nb == 0 && chance(w, 30) ? NULL : &o;
     PICK(w, ei, MAXE, w->e[i]);
     if (ei >= 0 && chance(w, 60)) o.executor = w->e[ei];
@@ -259,7 +259,7 @@ static void act_run(Walk *w) {
         }
         case F_INPUTS_NULL: if (g->n) o.inputs = NULL, o.num_inputs = nb ? nb : 1, opts = &o; else fault = F_NONE; break;
         case F_POLICY: o.policy = 4 + pick(w, 100), opts = &o; break;
-        case F_FLAGS: o.flags |= 16u << pick(w, 27), opts = &o; break;
+        case F_FLAGS: o.flags |= 32u << pick(w, 26), opts = &o; break;
         case F_EXEC_FREED: if ((o.executor = pick_freed(w, K_EXEC))) o.plan = NULL, opts = &o; else fault = F_NONE; break;
         case F_EXEC_WRONG_KIND: o.executor = (gs_executor *)(void *)w->p[pi].h, o.plan = NULL, opts = &o; break;
         case F_PLAN_FREED: if ((o.plan = pick_freed(w, K_PLAN))) opts = &o; else fault = F_NONE; break;
@@ -318,6 +318,7 @@ static void act_run(Walk *w) {
     uint64_t threads = opts && o.executor ? gs_executor_threads(o.executor) : 1;
     check(w, s.nodes_run == nops && (forced ? s.threads == threads : may ? s.threads == threads || s.threads == 1 : s.threads == 1),
           "gs_run_stats: every operator ran, on the executor's threads (a serial graph, or one of short kernels, on its caller's)");
+    check(w, !(opts && (o.flags & GS_RUN_NO_WALL_TIME)) || s.wall_ns == 0, "gs_run_stats: a run asked to read no clock reports no wall time");
     EXPECT(w, opts && (o.flags & GS_RUN_TRACE) ? GS_ERR_IO : GS_ERR_INVALID_ARGUMENT,
            gs_result_write_trace(r, "/nonexistent-dir/api_walk.json"));
     PICK(w, fi, MAXR, !w->r[i].h);
