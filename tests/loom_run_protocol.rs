@@ -1,8 +1,8 @@
 //! A loom model of the executor's run-completion protocol (`src/exec/workers/`,
 //! `src/exec/state/`, `src/sched/admission.rs`), checked over every interleaving of two threads
 //! up to a preemption bound, the way crossbeam checks its deque. The model is in `loom/mod.rs`
-//! and `loom/admission.rs`, each part beside the real function it mirrors; this file holds the
-//! graphs and the checks.
+//! (the run), `loom/workers.rs` (the queue, the task path, `drive`) and `loom/admission.rs`, each
+//! part beside the real function it mirrors; this file holds the graphs and the checks.
 //!
 //! What is modelled:
 //! - `active`, the count of a run's queued and running tasks (`RunState::active`). A task counts

@@ -165,3 +165,45 @@ fn a_result_keeps_its_own_figures_and_trace() {
     let next = run_bound(&g, &pool, &bindings, false);
     assert!(next.events().is_empty() && next.chrome_trace().is_none());
 }
+
+/// A result's wall time is measured unless its run is asked to read no clock for it: then it reads
+/// 0, on the caller alone and on an executor, and the run is otherwise the same.
+#[test]
+fn a_run_measures_its_wall_time_unless_asked_not_to() {
+    let mut b = GraphBuilder::new();
+    let nap = || {
+        Box::new(|_: &mut graphsched::KernelCtx<'_>| {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(())
+        }) as graphsched::Kernel
+    };
+    let first = b.add_node(NodeDesc::new("first", "Nap", nap()).output(64)).unwrap();
+    let second = b
+        .add_node(
+            NodeDesc::new("second", "Nap", nap())
+                .input(ValueRef::new(first, 0))
+                .output(64),
+        )
+        .unwrap();
+    b.mark_output(ValueRef::new(second, 0)).unwrap();
+    let graph = Arc::new(b.finalize().unwrap());
+    let (pool, executor) = (Arc::new(Pool::default()), Executor::new(2).unwrap());
+    for on in [None, Some(&executor)] {
+        for no_wall_time in [false, true] {
+            let options = RunOptions {
+                executor: on,
+                force_executor: on.is_some(),
+                no_wall_time,
+                ..Default::default()
+            };
+            let stats = graphsched::run(&graph, &pool, &options).unwrap().stats();
+            assert_eq!(stats.nodes_run, 2);
+            match no_wall_time {
+                true => assert_eq!(stats.wall_ns, 0, "executor: {}", on.is_some()),
+                // Two kernels of 2 ms, one after the other.
+                false => assert!(stats.wall_ns >= 4_000_000, "{} ns", stats.wall_ns),
+            }
+        }
+    }
+    assert_eq!(pool.stats().live_bytes, 0);
+}
