@@ -106,6 +106,16 @@ impl RunState<'_> {
                 }
             }
         }
+        // On the threads, its outputs count before it lets go of an input another node reads:
+        // the reader that frees that input acquires this node's decrement (`release_ref`, AcqRel),
+        // so its own add to the run's count comes later and finds them there. The peak then
+        // holds every output placed while the input lived (a fan-out's: its root and all its
+        // middles, whichever frees the root). Counted after the loop, a middle's outputs could
+        // still be missing when another middle freed the root.
+        if SETTLE && step.shares_input && !self.sequential {
+            let unadded = std::mem::take(&mut scratch.unadded);
+            self.settle_live(unadded, 0, &mut scratch.counts.peak_live);
+        }
         for &v in &g.input_values()[step.inputs()] {
             // A value with one read, this one, and no place in the result is done now: its count
             // is nobody else's to decrement, so it is left alone (no atomic on the hot path).
@@ -133,6 +143,7 @@ impl RunState<'_> {
         }
         if SETTLE {
             // Before the successors are marked: their readers free these outputs after this.
+            // (Its outputs, unless counted above: then what it dropped.)
             let unadded = std::mem::take(&mut scratch.unadded);
             self.settle_live(unadded, dropped, &mut scratch.counts.peak_live);
         }

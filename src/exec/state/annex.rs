@@ -46,6 +46,9 @@ pub(in crate::exec) struct Step {
     /// One of its outputs is counted down by its readers (two reads or more, a graph output's
     /// place in the result one of them): the node sets its count as it ends (`RunState::refs`).
     pub counted: bool,
+    /// One of its inputs is read by another node too (or is a graph output): on an executor's
+    /// threads the node counts its outputs live before it lets go of its inputs (`end_node_ok`).
+    pub shares_input: bool,
     /// One of its outputs is large enough for a hint (`Hints`): the short path, which takes
     /// every block from the thread's cache, is not for it in a run with hints.
     pub hinted: bool,
@@ -119,6 +122,10 @@ fn bin(graph: &Graph) -> &Bin {
             counted: values
                 .clone()
                 .any(|v| graph.consumers(v) + graph.is_graph_output(v) as u32 > 1),
+            shares_input: graph.node_input_range(node).any(|i| {
+                let v = graph.input_values()[i];
+                graph.consumers(v) + graph.is_graph_output(v) as u32 > 1
+            }),
             hinted: values
                 .clone()
                 .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),

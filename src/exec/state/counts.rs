@@ -93,7 +93,9 @@ impl RunState<'_> {
     /// the node's one atomic on the run's count, where counting its outputs before the call and
     /// each dropped value after it took two or more on a line every thread writes (a tenth of
     /// a node's time on two threads). Called before the node marks its successors: a value's
-    /// bytes are still counted before any reader can free them.
+    /// bytes are still counted before any reader can free them. A node with an input another
+    /// node reads counts its outputs in a call of its own before it lets go of that input
+    /// (`end_node_ok`), so that the peak stays exact.
     pub(in crate::exec) fn settle_live(&self, added: u64, freed: u64, highest: &mut u64) {
         if added == 0 && freed == 0 {
             return;
