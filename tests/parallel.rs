@@ -1,6 +1,8 @@
 //! The executor: random DAGs on 1 to 8 threads, priorities, window, memory admission, failures
 //! and concurrent runs. Each kernel checks that every producer of its inputs has finished and
-//! that its inputs still hold what their producers wrote.
+//! that its inputs still hold what their producers wrote. The kernels are short, so the runs
+//! are forced onto the executor (`force_executor`): unforced, graphsched sends a graph of short
+//! kernels to its caller alone, and these tests would check the sequential path instead.
 
 mod common;
 
@@ -112,13 +114,20 @@ fn every_node_runs_once_after_its_inputs_on_1_to_8_threads() {
         for (i, executor) in executors.iter().enumerate() {
             let policy = [Policy::Fifo, Policy::CriticalPath, Policy::BottomLevel][(seed + i as u64) as usize % 3];
             witness.reset();
+            // Forced: the kernels are short, and a graph of short kernels goes to the caller.
             let options = RunOptions {
                 executor: Some(executor),
+                force_executor: true,
                 policy,
                 ..Default::default()
             };
             let result = run(&graph, &pool, &options).unwrap_or_else(|e| panic!("seed {seed}, {} threads: {e}", i + 1));
             assert_eq!(result.stats().nodes_run as usize, nodes);
+            assert_eq!(
+                result.stats().threads as usize,
+                i + 1,
+                "seed {seed}: on the executor's threads"
+            );
             for (n, c) in witness.count.iter().enumerate() {
                 assert_eq!(
                     c.load(Ordering::SeqCst),
@@ -147,6 +156,7 @@ fn the_window_caps_concurrent_nodes() {
             witness.reset();
             let options = RunOptions {
                 executor: Some(&executor),
+                force_executor: true,
                 window,
                 ..Default::default()
             };
@@ -171,6 +181,7 @@ fn a_failure_stops_the_run_returns_every_buffer_and_the_graph_runs_again() {
         let graph = Arc::new(graph);
         let options = RunOptions {
             executor: Some(&executor),
+            force_executor: true,
             ..Default::default()
         };
         let e = run(&graph, &pool, &options)
@@ -202,6 +213,7 @@ fn concurrent_runs_share_graph_executor_and_pool() {
     let graph = Arc::new(graph);
     let options = RunOptions {
         executor: Some(&executor),
+        force_executor: true,
         ..Default::default()
     };
     let reference: Vec<u64> = {
@@ -214,6 +226,7 @@ fn concurrent_runs_share_graph_executor_and_pool() {
             s.spawn(|| {
                 let options = RunOptions {
                     executor: Some(&executor),
+                    force_executor: true,
                     ..Default::default()
                 };
                 for _ in 0..30 {
@@ -428,6 +441,7 @@ fn cancelling_at_random_moments_never_loses_a_buffer() {
             });
             let options = RunOptions {
                 executor,
+                force_executor: executor.is_some(),
                 cancel: Some(&token),
                 ..Default::default()
             };
