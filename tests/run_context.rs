@@ -74,10 +74,15 @@ fn layer(name: &str, inner: Option<Arc<graphsched::Graph>>) -> Arc<graphsched::G
                         let pool = ctx.pool().ok_or("no pool")?.clone();
                         let options = RunOptions {
                             executor: ctx.executor(),
+                            force_executor: true,
                             data: Some(&seed),
                             ..Default::default()
                         };
                         let r = graphsched::run(inner, &pool, &options).map_err(|e| e.to_string())?;
+                        let threads = ctx.executor().map_or(1, |e| e.threads());
+                        if r.stats().threads as usize != threads {
+                            return Err(format!("a nested run on {} of {threads} threads", r.stats().threads));
+                        }
                         v += u64_of(r.output_bytes(ValueRef::new(0, 0)).map_err(|e| e.to_string())?);
                     }
                     ctx.output_bytes(0).unwrap().copy_from_slice(&v.to_ne_bytes());
@@ -108,12 +113,19 @@ fn nested_runs_on_the_same_executor_finish_with_every_worker_inside_one() {
                     "Outer",
                     Box::new(move |ctx| {
                         let pool = ctx.pool().ok_or("no pool")?.clone();
+                        // Forced: short kernels, or a chain, would keep the nested run on
+                        // this thread, and the nesting on the executor would go untested.
                         let options = RunOptions {
                             executor: ctx.executor(),
+                            force_executor: true,
                             data: Some(&k),
                             ..Default::default()
                         };
                         let r = graphsched::run(&middle, &pool, &options).map_err(|e| e.to_string())?;
+                        let threads = ctx.executor().map_or(1, |e| e.threads());
+                        if r.stats().threads as usize != threads {
+                            return Err(format!("a nested run on {} of {threads} threads", r.stats().threads));
+                        }
                         let v = u64_of(r.output_bytes(ValueRef::new(0, 0)).map_err(|e| e.to_string())?);
                         ctx.output_bytes(0).unwrap().copy_from_slice(&v.to_ne_bytes());
                         Ok(())
@@ -135,6 +147,7 @@ fn nested_runs_on_the_same_executor_finish_with_every_worker_inside_one() {
                 &pool,
                 &RunOptions {
                     executor: Some(&executor),
+                    force_executor: true,
                     ..Default::default()
                 },
             )
