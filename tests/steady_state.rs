@@ -108,8 +108,10 @@ fn a_steady_run_on_an_executor_allocates_nothing() {
     for threads in [1, 2] {
         let executor = Executor::new(threads).unwrap();
         for (name, graph) in graphs() {
+            // Forced: empty kernels, and a chain, would otherwise run on the caller alone.
             let options = RunOptions {
                 executor: Some(&executor),
+                force_executor: true,
                 freeze_estimates: true,
                 ..Default::default()
             };
