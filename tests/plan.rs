@@ -71,8 +71,11 @@ fn plans_on_random_dags_verify_and_keep_checksums() {
                 _ => None,
             };
             let pool = Arc::new(Pool::default());
+            // Forced where an executor is given: short kernels would keep the run on its caller,
+            // and a plan for the threads would go unchecked on them.
             let options = RunOptions {
                 executor,
+                force_executor: executor.is_some(),
                 plan: Some(&plan),
                 ..Default::default()
             };
@@ -162,6 +165,7 @@ fn a_scheduled_plan_holds_when_the_real_durations_differ_from_the_schedule() {
     for _ in 0..5 {
         let options = RunOptions {
             executor: Some(&executor),
+            force_executor: true,
             plan: Some(&plan),
             ..Default::default()
         };
