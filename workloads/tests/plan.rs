@@ -81,9 +81,12 @@ fn runs_on_plans_hold_checksums_and_allocate_only_the_arena() {
         ];
         for (plan, executor) in cases {
             let pool = Arc::new(Pool::default());
+            // On the threads wherever an executor is given (the real graphs' kernels are short
+            // and would keep some runs on their caller).
             let options = RunOptions {
                 inputs: &bindings,
                 executor,
+                force_executor: executor.is_some(),
                 plan,
                 auto_plan: plan.is_none(),
                 ..Default::default()
@@ -171,6 +174,7 @@ fn in_place_plans_verify_shrink_and_keep_checksums() {
             let options = RunOptions {
                 inputs: &bindings,
                 executor,
+                force_executor: executor.is_some(),
                 plan: Some(&plan),
                 ..Default::default()
             };
