@@ -154,8 +154,10 @@ fn one_graph_runs_at_batch_0_1_4_and_16_on_every_kind_of_run() {
     let limit = (16 * OUT * 4 * 2 + 4) as u64;
     let kinds = [
         RunOptions::default(),
+        // Forced: the MLP's kernels are short, and would keep these runs on their caller.
         RunOptions {
             executor: on,
+            force_executor: true,
             ..Default::default()
         },
         RunOptions {
@@ -164,6 +166,7 @@ fn one_graph_runs_at_batch_0_1_4_and_16_on_every_kind_of_run() {
         },
         RunOptions {
             executor: on,
+            force_executor: true,
             auto_plan: true,
             ..Default::default()
         },
