@@ -39,9 +39,12 @@ fn runs(graph: &Arc<Graph>, pool: &Arc<Pool>, options: &RunOptions<'_>, times: u
 #[test]
 fn a_graph_run_again_and_again_takes_its_blocks_from_its_reserve_not_the_pool() {
     let executor = Executor::new(2).unwrap();
-    for parallel in [false, true] {
+    // On an executor, unforced, a chain runs on its caller (`tests/chains_on_caller.rs`); forced,
+    // on the threads.
+    for (parallel, forced) in [(false, false), (true, false), (true, true)] {
         let options = RunOptions {
             executor: parallel.then_some(&executor),
+            force_executor: forced,
             ..Default::default()
         };
         for graph in [chain(1, 64), chain(20, 256)] {
@@ -53,10 +56,9 @@ fn a_graph_run_again_and_again_takes_its_blocks_from_its_reserve_not_the_pool() 
                 most = most.max(runs(&graph, &pool, &options, 1).acquires);
             }
             let after = pool.stats();
-            // On an executor too: a chain runs on its caller (`tests/chains_on_caller.rs`).
             assert_eq!(
                 most, 0,
-                "a steady run took {most} blocks from the pool (parallel: {parallel})"
+                "a steady run took {most} blocks from the pool (parallel: {parallel}, forced: {forced})"
             );
             assert_eq!(after.acquires, before.acquires, "the pool handed out blocks");
             assert_eq!(after.releases, before.releases, "blocks went back to the pool");
@@ -75,8 +77,10 @@ fn values_that_outgrow_the_caches_come_from_the_reserve_once_steady() {
     let executor = Executor::new(2).unwrap();
     let graph = fan(2000);
     for parallel in [false, true] {
+        // Forced: the fan's kernels are short, and would keep the run on its caller.
         let options = RunOptions {
             executor: parallel.then_some(&executor),
+            force_executor: parallel,
             ..Default::default()
         };
         let pool = Arc::new(Pool::default());
