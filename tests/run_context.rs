@@ -10,44 +10,51 @@ fn u64_of(bytes: &[u8]) -> u64 {
     u64::from_ne_bytes(bytes[..8].try_into().unwrap())
 }
 
+/// Four callers run one graph at once on one executor, each with its own data: every kernel,
+/// on whichever thread runs it, sees its own run's. The graph is four independent nodes, forced
+/// onto the threads, so that the executor's threads run nodes of every run.
 #[test]
 fn each_run_shows_its_kernels_its_own_data() {
     let mut b = GraphBuilder::new();
-    let n = b
-        .add_node(
-            NodeDesc::new(
-                "echo",
-                "Echo",
-                Box::new(|ctx| {
-                    let data = ctx
-                        .run_data()
-                        .and_then(|d| d.downcast_ref::<u64>())
-                        .ok_or("no run data")?;
-                    let v = *data;
-                    ctx.output_bytes(0).unwrap().copy_from_slice(&v.to_ne_bytes());
-                    Ok(())
-                }),
-            )
-            .output(8),
-        )
-        .unwrap();
-    b.mark_output(ValueRef::new(n, 0)).unwrap();
+    let echo = || -> graphsched::Kernel {
+        Box::new(|ctx| {
+            let data = ctx
+                .run_data()
+                .and_then(|d| d.downcast_ref::<u64>())
+                .ok_or("no run data")?;
+            let v = *data;
+            ctx.output_bytes(0).unwrap().copy_from_slice(&v.to_ne_bytes());
+            Ok(())
+        })
+    };
+    let nodes: Vec<u32> = (0..4)
+        .map(|i| {
+            b.add_node(NodeDesc::new(format!("echo{i}"), "Echo", echo()).output(8))
+                .unwrap()
+        })
+        .collect();
+    for &n in &nodes {
+        b.mark_output(ValueRef::new(n, 0)).unwrap();
+    }
     let g = Arc::new(b.finalize().unwrap());
     let pool = Arc::new(Pool::default());
     let executor = Executor::new(2).unwrap();
     std::thread::scope(|s| {
         for k in 0..4u64 {
-            let (g, pool, executor) = (&g, &pool, &executor);
+            let (g, pool, executor, nodes) = (&g, &pool, &executor, &nodes);
             s.spawn(move || {
                 for i in 0..50u64 {
                     let data = k * 1000 + i;
                     let options = RunOptions {
                         executor: Some(executor),
+                        force_executor: true,
                         data: Some(&data),
                         ..Default::default()
                     };
                     let r = graphsched::run(g, pool, &options).unwrap();
-                    assert_eq!(u64_of(r.output_bytes(ValueRef::new(n, 0)).unwrap()), data);
+                    for &n in nodes {
+                        assert_eq!(u64_of(r.output_bytes(ValueRef::new(n, 0)).unwrap()), data);
+                    }
                 }
             });
         }
