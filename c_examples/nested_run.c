@@ -59,8 +59,12 @@ static int32_t if_node(gs_kernel_ctx *ctx, void *user) {
        frame of its own, and the binding must stay unwritten until the nested gs_run returns. */
     _Alignas(16) int x = *base + (int)(intptr_t)user;
     gs_input_binding bind = {.value = branch_in, .tensor = {.data = &x, .nbytes = sizeof x}};
-    gs_run_options opts = {.inputs = &bind, .num_inputs = 1, .executor = gs_ctx_executor(ctx),
-                           .on_node_start = on_start, .on_node_end = on_end};
+    /* Forced onto the threads (when the run has an executor): the branch is a chain of short
+       kernels, which graphsched would otherwise keep on this thread, and the nesting on the
+       executor would go unexercised. */
+    gs_executor *ex = gs_ctx_executor(ctx);
+    gs_run_options opts = {.inputs = &bind, .num_inputs = 1, .executor = ex,
+                           .flags = ex ? GS_RUN_FORCE_EXECUTOR : 0, .on_node_start = on_start, .on_node_end = on_end};
     gs_run_result *r;
     if (gs_run(branch, gs_ctx_pool(ctx), &opts, &r) != GS_OK) {
         gs_ctx_set_error(ctx, gs_last_error_message());
@@ -109,8 +113,9 @@ int main(void) {
     atomic_int outer_started = 0;
     for (int run = 0; run < RUNS; run++) {
         int base = 100 * run;
-        gs_run_options opts = {.executor = run % 3 == 2 ? NULL : ex, .user_data = &base,
-                               .on_node_start = on_start, .on_node_end = on_end, .observer_data = &outer_started};
+        gs_run_options opts = {.executor = run % 3 == 2 ? NULL : ex, .flags = run % 3 == 2 ? 0 : GS_RUN_FORCE_EXECUTOR,
+                               .user_data = &base, .on_node_start = on_start, .on_node_end = on_end,
+                               .observer_data = &outer_started};
         gs_run_result *r;
         CHECK_OK(gs_run(outer, pool, &opts, &r));
         for (int k = 0; k < WIDTH; k++) {

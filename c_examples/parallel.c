@@ -32,6 +32,10 @@
 enum { N = 1024, RUNS = 50, WIDEN = 4 };
 
 #define VEC_BYTES ((size_t)N * sizeof(float))
+/* The executor's runs are forced onto its threads: once measured, these kernels are too short
+ * to pay for them, and graphsched would run the graph on its caller alone (runs under a memory
+ * limit go to the threads anyway). */
+#define FORCED GS_RUN_FORCE_EXECUTOR
 
 /* Small helpers instead of <math.h>, so the example needs no libm. */
 static float max0(float v) { return v > 0.0f ? v : 0.0f; }
@@ -337,6 +341,9 @@ static uint64_t run_checked(const model *m, gs_run_options opts, const char *lab
             CHECK(s.peak_live_bytes <= opts.memory_limit_bytes,
                   "%s run %d: peak_live_bytes %llu is over the %llu-byte memory limit", label, run,
                   (unsigned long long)s.peak_live_bytes, (unsigned long long)opts.memory_limit_bytes);
+        if (opts.executor && ((opts.flags & GS_RUN_FORCE_EXECUTOR) || opts.memory_limit_bytes))
+            CHECK(s.threads == gs_executor_threads(opts.executor), "%s run %d: on %u threads, expected the executor's %u",
+                  label, run, (unsigned)s.threads, (unsigned)gs_executor_threads(opts.executor));
         if (s.peak_live_bytes > peak) peak = s.peak_live_bytes;
         gs_result_free(r);
         CHECK(live_bytes() == 0, "%s run %d: %llu bytes live after gs_result_free", label, run,
@@ -462,17 +469,17 @@ int main(void) {
     printf("(a) calling thread, (b) executor with 2 threads\n");
     uint64_t seq_peak = run_checked(&m, (gs_run_options){0}, "calling thread", RUNS);
     run_checked(&m, (gs_run_options){.policy = GS_POLICY_FIFO}, "calling thread, fifo (ignored)", 5);
-    run_checked(&m, (gs_run_options){.executor = exec, .policy = GS_POLICY_CRITICAL_PATH}, "executor, critical path",
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED, .policy = GS_POLICY_CRITICAL_PATH}, "executor, critical path",
                 RUNS);
-    run_checked(&m, (gs_run_options){.executor = exec, .policy = GS_POLICY_FIFO}, "executor, fifo", RUNS);
-    run_checked(&m, (gs_run_options){.executor = exec, .policy = GS_POLICY_BOTTOM_LEVEL}, "executor, bottom level", RUNS);
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED, .policy = GS_POLICY_FIFO}, "executor, fifo", RUNS);
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED, .policy = GS_POLICY_BOTTOM_LEVEL}, "executor, bottom level", RUNS);
     run_checked(&m,
-                (gs_run_options){.executor = exec, .policy = GS_POLICY_CRITICAL_PATH, .flags = GS_RUN_FREEZE_ESTIMATES},
+                (gs_run_options){.executor = exec, .policy = GS_POLICY_CRITICAL_PATH, .flags = GS_RUN_FREEZE_ESTIMATES | FORCED},
                 "executor, critical path, frozen", RUNS);
 
     printf("(c) window 1\n");
-    run_checked(&m, (gs_run_options){.executor = exec, .window = 1}, "executor, window 1, critical path", RUNS);
-    run_checked(&m, (gs_run_options){.executor = exec, .window = 1, .policy = GS_POLICY_FIFO},
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED, .window = 1}, "executor, window 1, critical path", RUNS);
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED, .window = 1, .policy = GS_POLICY_FIFO},
                 "executor, window 1, fifo", RUNS);
 
     printf("(d) memory limits (feasible: the sequential peak, %llu bytes)\n", (unsigned long long)seq_peak);
@@ -507,22 +514,22 @@ int main(void) {
                 "1000-byte", NULL);
     run_failing(&m, (gs_run_options){.executor = exec, .memory_limit_bytes = 1000}, "executor, limit 1000",
                 GS_ERR_MEMORY_LIMIT, "1000-byte", NULL);
-    run_checked(&m, (gs_run_options){.executor = exec}, "executor, after limit failures", 5);
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED}, "executor, after limit failures", 5);
 
     printf("(f) a failing kernel ('b3')\n");
     for (int run = 0; run < RUNS; run++) {
         fail_b3 = 1;
         uint32_t policy = (uint32_t)(run % 2);
-        run_failing(&m, (gs_run_options){.executor = exec, .policy = policy}, "executor, b3 fails",
+        run_failing(&m, (gs_run_options){.executor = exec, .flags = FORCED, .policy = policy}, "executor, b3 fails",
                     GS_ERR_KERNEL_FAILED, "'b3'", "injected failure");
         fail_b3 = 0;
-        run_checked(&m, (gs_run_options){.executor = exec, .policy = policy}, "rerun after b3 failed", 1);
+        run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED, .policy = policy}, "rerun after b3 failed", 1);
     }
     fail_b3 = 1;
     run_failing(&m, (gs_run_options){0}, "calling thread, b3 fails", GS_ERR_KERNEL_FAILED, "'b3'", "injected failure");
     printf("  %s\n", gs_last_error_message());
     fail_b3 = 0;
-    run_checked(&m, (gs_run_options){.executor = exec}, "executor, clean rerun", RUNS);
+    run_checked(&m, (gs_run_options){.executor = exec, .flags = FORCED}, "executor, clean rerun", RUNS);
 
     printf("(e) simulation, after the runs: given estimates win over learned ones\n");
     check_simulation(&m, after);
