@@ -113,9 +113,9 @@ int main(void) {
     atomic_int outer_started = 0;
     for (int run = 0; run < RUNS; run++) {
         int base = 100 * run;
-        gs_run_options opts = {.executor = run % 3 == 2 ? NULL : ex, .flags = run % 3 == 2 ? 0 : GS_RUN_FORCE_EXECUTOR,
-                               .user_data = &base, .on_node_start = on_start, .on_node_end = on_end,
-                               .observer_data = &outer_started};
+        gs_executor *on = run % 3 == 2 ? NULL : ex; /* every third run on its caller alone */
+        gs_run_options opts = {.executor = on, .flags = on ? GS_RUN_FORCE_EXECUTOR : 0, .user_data = &base,
+                               .on_node_start = on_start, .on_node_end = on_end, .observer_data = &outer_started};
         gs_run_result *r;
         CHECK_OK(gs_run(outer, pool, &opts, &r));
         for (int k = 0; k < WIDTH; k++) {

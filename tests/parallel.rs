@@ -114,7 +114,6 @@ fn every_node_runs_once_after_its_inputs_on_1_to_8_threads() {
         for (i, executor) in executors.iter().enumerate() {
             let policy = [Policy::Fifo, Policy::CriticalPath, Policy::BottomLevel][(seed + i as u64) as usize % 3];
             witness.reset();
-            // Forced: the kernels are short, and a graph of short kernels goes to the caller.
             let options = RunOptions {
                 executor: Some(executor),
                 force_executor: true,

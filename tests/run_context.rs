@@ -65,6 +65,26 @@ fn each_run_shows_its_kernels_its_own_data() {
     assert!(e.message().contains("no run data"), "{e}");
 }
 
+/// Runs `graph` (one node, one u64 output) nested, from a kernel, on the kernel's pool and
+/// executor with `seed` as its data, and returns its output. Forced onto the threads: its short
+/// kernels would keep it on this thread, and the nesting on the executor would go untested;
+/// checked there.
+fn run_nested(ctx: &graphsched::KernelCtx<'_>, graph: &Arc<graphsched::Graph>, seed: u64) -> Result<u64, String> {
+    let pool = ctx.pool().ok_or("no pool")?.clone();
+    let options = RunOptions {
+        executor: ctx.executor(),
+        force_executor: true,
+        data: Some(&seed),
+        ..Default::default()
+    };
+    let r = graphsched::run(graph, &pool, &options).map_err(|e| e.to_string())?;
+    let threads = ctx.executor().map_or(1, |e| e.threads());
+    if r.stats().threads as usize != threads {
+        return Err(format!("a nested run on {} of {threads} threads", r.stats().threads));
+    }
+    Ok(u64_of(r.output_bytes(ValueRef::new(0, 0)).map_err(|e| e.to_string())?))
+}
+
 /// A graph of one node computing `seed * 3 + 1` from the u64 the run's data gives; with
 /// `inner`, the node runs `inner` nested, on the run's pool and executor, and adds its result.
 fn layer(name: &str, inner: Option<Arc<graphsched::Graph>>) -> Arc<graphsched::Graph> {
@@ -78,19 +98,7 @@ fn layer(name: &str, inner: Option<Arc<graphsched::Graph>>) -> Arc<graphsched::G
                     let seed = *ctx.run_data().and_then(|d| d.downcast_ref::<u64>()).ok_or("no seed")?;
                     let mut v = seed * 3 + 1;
                     if let Some(inner) = &inner {
-                        let pool = ctx.pool().ok_or("no pool")?.clone();
-                        let options = RunOptions {
-                            executor: ctx.executor(),
-                            force_executor: true,
-                            data: Some(&seed),
-                            ..Default::default()
-                        };
-                        let r = graphsched::run(inner, &pool, &options).map_err(|e| e.to_string())?;
-                        let threads = ctx.executor().map_or(1, |e| e.threads());
-                        if r.stats().threads as usize != threads {
-                            return Err(format!("a nested run on {} of {threads} threads", r.stats().threads));
-                        }
-                        v += u64_of(r.output_bytes(ValueRef::new(0, 0)).map_err(|e| e.to_string())?);
+                        v += run_nested(ctx, inner, seed)?;
                     }
                     ctx.output_bytes(0).unwrap().copy_from_slice(&v.to_ne_bytes());
                     Ok(())
@@ -119,21 +127,7 @@ fn nested_runs_on_the_same_executor_finish_with_every_worker_inside_one() {
                     format!("outer{k}"),
                     "Outer",
                     Box::new(move |ctx| {
-                        let pool = ctx.pool().ok_or("no pool")?.clone();
-                        // Forced: short kernels, or a chain, would keep the nested run on
-                        // this thread, and the nesting on the executor would go untested.
-                        let options = RunOptions {
-                            executor: ctx.executor(),
-                            force_executor: true,
-                            data: Some(&k),
-                            ..Default::default()
-                        };
-                        let r = graphsched::run(&middle, &pool, &options).map_err(|e| e.to_string())?;
-                        let threads = ctx.executor().map_or(1, |e| e.threads());
-                        if r.stats().threads as usize != threads {
-                            return Err(format!("a nested run on {} of {threads} threads", r.stats().threads));
-                        }
-                        let v = u64_of(r.output_bytes(ValueRef::new(0, 0)).map_err(|e| e.to_string())?);
+                        let v = run_nested(ctx, &middle, k)?;
                         ctx.output_bytes(0).unwrap().copy_from_slice(&v.to_ne_bytes());
                         Ok(())
                     }),

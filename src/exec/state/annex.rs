@@ -98,6 +98,8 @@ pub(in crate::exec) fn auto_plans(graph: &Graph) -> &AutoPlans {
 }
 
 fn bin(graph: &Graph) -> &Bin {
+    // A value's reads: its readers, plus one for a graph output's place in the result.
+    let reads = |v: u32| graph.consumers(v) + graph.is_graph_output(v) as u32;
     let step = |node: u32| {
         let values = graph.node_values(node);
         let inputs = graph.node_input_range(node);
@@ -119,13 +121,8 @@ fn bin(graph: &Graph) -> &Bin {
             unread: values
                 .clone()
                 .any(|v| graph.consumers(v) == 0 && !graph.is_graph_output(v)),
-            counted: values
-                .clone()
-                .any(|v| graph.consumers(v) + graph.is_graph_output(v) as u32 > 1),
-            shares_input: graph.node_input_range(node).any(|i| {
-                let v = graph.input_values()[i];
-                graph.consumers(v) + graph.is_graph_output(v) as u32 > 1
-            }),
+            counted: values.clone().any(|v| reads(v) > 1),
+            shares_input: graph.input_values()[inputs.clone()].iter().any(|&v| reads(v) > 1),
             hinted: values
                 .clone()
                 .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),
@@ -139,9 +136,7 @@ fn bin(graph: &Graph) -> &Bin {
         }
     };
     graph.annex(Annex::Runs, || Bin {
-        initial_refs: (0..graph.value_count() as u32)
-            .map(|v| graph.consumers(v) + graph.is_graph_output(v) as u32)
-            .collect(),
+        initial_refs: (0..graph.value_count() as u32).map(reads).collect(),
         steps: (0..graph.node_count() as u32).map(step).collect(),
         hints: HintCache::default(),
         plans: AutoPlans::default(),
