@@ -90,6 +90,11 @@ pub fn call_cost(manifest: &Manifest, library: &std::path::Path, calls: usize) -
         "  median node call:   {:.2} us",
         per_node[per_node.len() / 2].0 as f64 / 1e3
     );
+    let (slowest, slow_op, _) = &per_node[per_node.len() - 1];
+    println!(
+        "  longest node call:  {:.2} us ({slow_op}): what a request behind it may wait for a thread",
+        *slowest as f64 / 1e3
+    );
     println!(
         "  sum of node calls:  {:.3} ms; whole model in one session: {:.3} ms",
         sum as f64 / 1e6,

@@ -41,8 +41,8 @@ impl RunState<'_> {
         let inputs = self.graph.node_inputs(node);
         let v = *inputs.get(slot as usize)?;
         let reads = inputs.iter().filter(|&&x| x == v).count() as u32;
-        // This node makes every read of the value (so its count is never set: `refs`), or the
-        // others' decrements, and so their reads, happened before (Acquire).
+        // This node makes every read of the value (then its count, set or not, is not needed:
+        // `refs`), or the others' decrements, and so their reads, happened before (Acquire).
         if self.initial_refs[v as usize] != reads && self.refs(v).load(Ordering::Acquire) != reads {
             return None;
         }

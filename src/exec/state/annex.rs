@@ -122,7 +122,12 @@ fn bin(graph: &Graph) -> &Bin {
                 .clone()
                 .any(|v| graph.consumers(v) == 0 && !graph.is_graph_output(v)),
             counted: values.clone().any(|v| reads(v) > 1),
-            shares_input: graph.input_values()[inputs.clone()].iter().any(|&v| reads(v) > 1),
+            shares_input: {
+                // Reads beyond this node's own (a node may read one value twice).
+                let own = &graph.input_values()[inputs.clone()];
+                own.iter()
+                    .any(|&v| reads(v) > own.iter().filter(|&&x| x == v).count() as u32)
+            },
             hinted: values
                 .clone()
                 .any(|v| graph.value_size(v).bytes().is_some_and(|n| n >= HINT_MIN_BYTES)),
