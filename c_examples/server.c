@@ -3,6 +3,9 @@
  * and one pool, under a memory budget the size of one request's bound; the last client's
  * requests are urgent (GS_PRIORITY_HIGH). Every answer is checked, the budget's books must
  * never show more reserved than the budget, and every reservation must be back at the end.
+ * Then the same clients again with the executor's threads at a lower OS priority
+ * (gs_executor_set_background_nice): the normal requests run on those threads, the urgent ones
+ * on their callers, ahead of them by the OS.
  */
 #include <graphsched.h>
 #include <pthread.h>
@@ -101,10 +104,16 @@ int main(void) {
     pthread_t threads[CLIENTS];
     for (int c = 0; c < CLIENTS; c++) pthread_create(&threads[c], NULL, client, (void *)(size_t)c);
     for (int c = 0; c < CLIENTS; c++) pthread_join(threads[c], NULL);
+    /* The OS priority of the executor's threads only goes down (a nice value only up). */
+    int lowered = gs_executor_set_background_nice(executor, 15) == GS_OK &&
+                  gs_executor_set_background_nice(executor, 14) == GS_ERR_INVALID_ARGUMENT;
+    printf("server: a nice value below the last: %s\n", gs_last_error_message());
+    for (int c = 0; c < CLIENTS; c++) pthread_create(&threads[c], NULL, client, (void *)(size_t)c);
+    for (int c = 0; c < CLIENTS; c++) pthread_join(threads[c], NULL);
     uint64_t set, reserved, peak;
     if (gs_executor_memory_budget(executor, &set, &reserved, &peak) != GS_OK) return 1;
     printf("server: %d requests from %d clients, budget %llu bytes, at most %llu reserved, %llu now, %d failures\n",
-           CLIENTS * REQUESTS, CLIENTS, (unsigned long long)set, (unsigned long long)peak,
+           2 * CLIENTS * REQUESTS, CLIENTS, (unsigned long long)set, (unsigned long long)peak,
            (unsigned long long)reserved, failures);
     /* A request that can never fit is refused at once, naming the bytes. */
     gs_executor_set_memory_budget(executor, bytes);
@@ -118,5 +127,5 @@ int main(void) {
     gs_executor_free(executor);
     gs_pool_free(pool);
     gs_graph_free(graph);
-    return failures == 0 && peak <= budget && peak > 0 && reserved == 0 && named ? 0 : 1;
+    return failures == 0 && peak <= budget && peak > 0 && reserved == 0 && named && lowered ? 0 : 1;
 }

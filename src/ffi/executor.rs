@@ -145,3 +145,28 @@ pub unsafe extern "C" fn gs_executor_memory_budget(
         Ok(())
     })
 }
+
+/// Lowers the OS priority of the executor's threads to `nice` (1 to 19, never below a value set
+/// before: a process may not raise its threads' priority back), so that high-priority runs
+/// preempt the others' kernels. From then on every normal-priority run under the executor's
+/// memory budget (`gs_executor_set_memory_budget`) is run by the executor's threads while its
+/// caller waits, and a `GS_PRIORITY_HIGH` run goes on its caller's thread as before, at the
+/// caller's priority, which the OS lets run ahead of them. A normal run is not starved: the OS
+/// shares a core by weight. Runs with a plan, and runs while no budget is set, go as before.
+/// `GS_ERR_INVALID_ARGUMENT` for a value out of range or lower than before, or if the OS refuses
+/// (only Linux sets one thread's priority).
+///
+/// Thread-safe: any thread, concurrently with any call but a free of the same handle.
+///
+/// # Safety
+/// No other thread frees `executor` during this call.
+#[no_mangle]
+pub unsafe extern "C" fn gs_executor_set_background_nice(executor: *const gs_executor, nice: i32) -> gs_status {
+    guard(|| {
+        // SAFETY: the handle is not freed concurrently (C contract).
+        unsafe { handle_ref(executor, "executor") }?
+            .executor
+            .set_background_nice(nice)?;
+        Ok(())
+    })
+}

@@ -414,6 +414,9 @@ pub(super) fn executors(s: &mut Spec) {
             => GS_ERR_NULL_ARGUMENT, "'executor'";
         "that result is freed": gs_result_free(r) => returns (), "";
         "no budget again": gs_executor_set_memory_budget(ex, 0) => GS_OK, "";
+        "a nice value out of range": gs_executor_set_background_nice(ex, 25) => GS_ERR_INVALID_ARGUMENT, "1 to 19";
+        "a nice value for a NULL executor": gs_executor_set_background_nice(null(), 5)
+            => GS_ERR_NULL_ARGUMENT, "'executor'";
     }
     assert_eq!((bytes, reserved, waited), (1 << 20, 0, 0));
     assert!(peak > 0 && peak <= 1 << 20, "{peak}");

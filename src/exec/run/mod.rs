@@ -266,7 +266,16 @@ fn enter_and_drive<'b>(
         queued: Instant::now(),
         refused_under: None,
     };
-    match budget.enter_prepared(need, || shared.graph.describe(), urgent, start, &**executor.shared())? {
+    // With the executor's threads at a lower OS priority, a normal run goes to them.
+    let to_threads = !urgent && executor.shared().runs_normal_on_threads();
+    match budget.enter_prepared(
+        need,
+        || shared.graph.describe(),
+        urgent,
+        to_threads,
+        start,
+        &**executor.shared(),
+    )? {
         Entered::Queued(mut entry) => {
             executor.wait_queued(shared);
             let q = shared.queued.as_ref().expect("a queued run");

@@ -14,6 +14,7 @@
 //! hand-off. Idle threads pause, then yield their core, then sleep on an event count
 //! ([`Idle`]); an idle executor uses no CPU.
 
+mod os_priority;
 pub(in crate::exec) mod overflow;
 mod queued;
 pub(in crate::exec) mod queues;
@@ -82,6 +83,9 @@ pub(in crate::exec) struct Shared {
     sleep: Sleep,
     /// Where the stand-in sleeps while no queued run goes ([`queued`]).
     stand_in_sleep: Sleep,
+    /// The OS priority of the threads, and whether normal runs under the budget go to them
+    /// ([`os_priority`]).
+    os_priority: os_priority::OsPriority,
     /// Set once when the executor drops (SeqCst store, then every sleeper is woken under the
     /// sleep lock); workers read it (Acquire) when they find no work, and exit.
     shutdown: AtomicBool,
@@ -111,6 +115,7 @@ impl Executor {
             budget: Default::default(),
             urgent_runs: CachePadded(AtomicUsize::new(0)),
             queued_runs: AtomicUsize::new(0),
+            os_priority: Default::default(),
         });
         let mut workers = Vec::new();
         for (index, local) in locals.into_iter().enumerate() {
@@ -168,6 +173,23 @@ impl Executor {
     /// The budget, what the runs inside reserve now, and the most they reserved at once.
     pub fn memory_budget(&self) -> crate::exec::BudgetStats {
         self.shared.budget.stats()
+    }
+
+    /// Lowers the OS priority of the executor's threads to `nice` (1 to 19, never below a value
+    /// set before: a process may not raise its threads' priority back), so that urgent runs
+    /// preempt the others' kernels (`exec::workers::os_priority`): from then on every
+    /// normal-priority run under the memory budget is run by the executor's threads while its
+    /// caller waits, and a [`High`](crate::sched::RunPriority::High) run goes on its caller's
+    /// thread as before, at the caller's priority. Runs with a plan, and runs when no budget is
+    /// set, go as before. `InvalidArgument` for a value out of range or lower than before, or
+    /// if the OS refuses (only Linux sets one thread's priority).
+    pub fn set_background_nice(&self, nice: i32) -> Result<()> {
+        self.shared.os_priority.set(nice)
+    }
+
+    /// The nice value set by [`set_background_nice`](Self::set_background_nice) (0: none).
+    pub fn background_nice(&self) -> i32 {
+        self.shared.os_priority.nice()
     }
 
     pub(in crate::exec) fn shared(&self) -> &Arc<Shared> {
@@ -252,6 +274,7 @@ impl Shared {
 
     fn worker_main(&self, index: usize, deques: Vec<Worker<Task>>) {
         crate::exec::run::budget::mark_worker();
+        self.os_priority.join();
         crate::exec::node::scratch::TRACK.with(|t| t.set(index as u32 + 1));
         let mut scratch = Scratch::default();
         let mut idle = Idle::default();

@@ -67,6 +67,14 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Whether a normal-priority run under the budget goes to the threads, its caller waiting
+    /// (`os_priority`).
+    pub(in crate::exec) fn runs_normal_on_threads(&self) -> bool {
+        self.os_priority.lowered()
+    }
+}
+
 impl Executor {
     /// Waits, parked, until `state` (queued in the budget) is over: the threads run it alone,
     /// and the task that ends it unparks this thread.
@@ -117,6 +125,7 @@ impl Shared {
     /// notification that did reach it is never dropped.
     fn stand_in_main(&self) {
         crate::exec::run::budget::mark_worker();
+        self.os_priority.join();
         let mut scratch = Scratch::default();
         let mut idle = Idle::default();
         let stopping = || self.shutdown.load(Ordering::Acquire);

@@ -23,10 +23,17 @@ impl StartRuns for Starts {
     }
 }
 
-/// On a new thread, enters a prepared run of `need` bytes (`urgent`: a high-priority one) and
-/// lets its entry go; the thread answers whether the run was queued (then its last task, which
-/// the model plays, gives the reservation back) rather than let in at once.
-fn prepared_run(b: &Arc<Budget>, starts: &Arc<Starts>, need: u64, urgent: bool) -> loom::thread::JoinHandle<bool> {
+/// On a new thread, enters a prepared run of `need` bytes (`urgent`: a high-priority one;
+/// `to_threads`: one for the executor's threads) and lets its entry go; the thread answers
+/// whether the run was queued (then its last task, which the model plays, gives the reservation
+/// back) rather than let in at once.
+fn prepared_run(
+    b: &Arc<Budget>,
+    starts: &Arc<Starts>,
+    need: u64,
+    urgent: bool,
+    to_threads: bool,
+) -> loom::thread::JoinHandle<bool> {
     let (b, starts) = (b.clone(), starts.clone());
     loom::thread::spawn(move || {
         let start = Start {
@@ -35,7 +42,7 @@ fn prepared_run(b: &Arc<Budget>, starts: &Arc<Starts>, need: u64, urgent: bool) 
             refused_under: None,
         };
         match b
-            .enter_prepared(need, || "a run".into(), urgent, start, &*starts)
+            .enter_prepared(need, || "a run".into(), urgent, to_threads, start, &*starts)
             .unwrap()
         {
             Entered::Now(entry) => {
@@ -140,7 +147,7 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
             .enter(|| 1, || "the first run".into(), false, &*starts)
             .unwrap()
             .expect("a budget is set");
-        let queued = prepared_run(&b, &starts, 1, false);
+        let queued = prepared_run(&b, &starts, 1, false, false);
         drop(first);
         let was_queued = queued.join().unwrap();
         let started = *starts.0.lock().unwrap();
@@ -178,7 +185,7 @@ fn loom_an_urgent_run_and_a_normal_one_both_enter() {
                 drop(entry.expect("a budget is set"));
             })
         };
-        let urgent = prepared_run(&b, &starts, 2, true);
+        let urgent = prepared_run(&b, &starts, 2, true, false);
         drop(first);
         if urgent.join().unwrap() {
             // Queued: started once by whoever let it in; it ends, as its last task would.
@@ -189,6 +196,30 @@ fn loom_an_urgent_run_and_a_normal_one_both_enter() {
         }
         normal.join().unwrap();
         assert!(*starts.0.lock().unwrap() <= 1, "started at most once");
+        assert_eq!(b.stats().reserved, 0);
+    });
+}
+
+/// A run for the executor's threads (`to_threads`: their OS priority is lowered) is queued even
+/// when it fits, and started exactly once in its turn: by its own entry if the run inside left
+/// first, else by that run's leaving. Fails if it enters at once (its caller would drive it) or
+/// is never started.
+#[test]
+fn loom_a_run_for_the_threads_is_queued_and_started_once() {
+    loom::model(|| {
+        let b = Arc::new(Budget::default());
+        let starts = Arc::new(Starts::default());
+        b.set(1, &*starts);
+        let first = b
+            .enter(|| 1, || "the first run".into(), false, &*starts)
+            .unwrap()
+            .expect("a budget is set");
+        let for_threads = prepared_run(&b, &starts, 1, false, true);
+        drop(first);
+        assert!(for_threads.join().unwrap(), "a run for the threads is always queued");
+        assert_eq!(*starts.0.lock().unwrap(), 1, "started once");
+        assert_eq!(b.stats().reserved, 1, "the started run holds its reservation");
+        b.leave(1, &*starts);
         assert_eq!(b.stats().reserved, 0);
     });
 }

@@ -302,12 +302,14 @@ impl Budget {
 
     /// Enters a run that is set up, `start` pointing at it, with a reservation of `need` bytes
     /// (`urgent`: a high-priority run): at once if it may (`Books::enter_now`), else queued, to
-    /// be started by whoever lets it in (module docs).
+    /// be started by whoever lets it in (module docs). `to_threads`: queued even if it may enter
+    /// at once, so that the executor's threads run it (`exec::workers::os_priority`).
     pub(in crate::exec) fn enter_prepared<'b>(
         &'b self,
         need: u64,
         who: impl Fn() -> String,
         urgent: bool,
+        to_threads: bool,
         start: Start,
         starter: &'b dyn StartRuns,
     ) -> Result<Entered<'b>> {
@@ -316,7 +318,11 @@ impl Budget {
             return Ok(Entered::Free);
         }
         Budget::refuse(&b, need, &who)?;
-        if b.enter_now(need, urgent) {
+        // A run for the threads queues even when it fits: the admission below starts it on
+        // them at once, in its turn. Not one started inside another: its caller, parked, could
+        // be the thread it waits for.
+        let to_threads = to_threads && INSIDE.with(Cell::get) == 0;
+        if !to_threads && b.enter_now(need, urgent) {
             self.mirror(&b);
             return Ok(Entered::Now(self.entry(need, starter, 0, false)));
         }
