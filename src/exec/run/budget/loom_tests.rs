@@ -134,12 +134,12 @@ fn loom_runs_that_fit_together_enter_together() {
     });
 }
 
-/// A prepared run that finds the budget full is queued, and the run that leaves starts it: once,
-/// whichever comes first (then it enters at once). Its last task gives the reservation back.
-/// Fails if a leave does not start the queued runs it makes room for (nothing counts a start).
-#[test]
-fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
-    loom::model(|| {
+/// A prepared run (`to_threads`: one for the executor's threads) enters while a run holding the
+/// whole budget leaves. Queued, it is started once by whichever comes second, its own entry or
+/// the leaving (then it enters at once); its last task, played by the model, gives the
+/// reservation back.
+fn behind_a_leaving_run(to_threads: bool) {
+    loom::model(move || {
         let b = Arc::new(Budget::default());
         let starts = Arc::new(Starts::default());
         b.set(1, &*starts);
@@ -147,9 +147,10 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
             .enter(|| 1, || "the first run".into(), false, &*starts)
             .unwrap()
             .expect("a budget is set");
-        let queued = prepared_run(&b, &starts, 1, false, false);
+        let queued = prepared_run(&b, &starts, 1, false, to_threads);
         drop(first);
         let was_queued = queued.join().unwrap();
+        assert!(was_queued || !to_threads, "a run for the threads is always queued");
         let started = *starts.0.lock().unwrap();
         assert_eq!(
             started,
@@ -162,6 +163,19 @@ fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
         }
         assert_eq!(b.stats().reserved, 0);
     });
+}
+
+/// Fails if a leave does not start the queued runs it makes room for (nothing counts a start).
+#[test]
+fn loom_a_queued_run_is_started_by_the_run_that_makes_room() {
+    behind_a_leaving_run(false);
+}
+
+/// A run for the executor's threads (their OS priority lowered) queues even when it fits. Fails
+/// if it enters at once (its caller would drive it) or is never started.
+#[test]
+fn loom_a_run_for_the_threads_is_queued_and_started_once() {
+    behind_a_leaving_run(true);
 }
 
 /// An urgent prepared run queues behind the run inside, beside a normal run that also waits for
@@ -196,30 +210,6 @@ fn loom_an_urgent_run_and_a_normal_one_both_enter() {
         }
         normal.join().unwrap();
         assert!(*starts.0.lock().unwrap() <= 1, "started at most once");
-        assert_eq!(b.stats().reserved, 0);
-    });
-}
-
-/// A run for the executor's threads (`to_threads`: their OS priority is lowered) is queued even
-/// when it fits, and started exactly once in its turn: by its own entry if the run inside left
-/// first, else by that run's leaving. Fails if it enters at once (its caller would drive it) or
-/// is never started.
-#[test]
-fn loom_a_run_for_the_threads_is_queued_and_started_once() {
-    loom::model(|| {
-        let b = Arc::new(Budget::default());
-        let starts = Arc::new(Starts::default());
-        b.set(1, &*starts);
-        let first = b
-            .enter(|| 1, || "the first run".into(), false, &*starts)
-            .unwrap()
-            .expect("a budget is set");
-        let for_threads = prepared_run(&b, &starts, 1, false, true);
-        drop(first);
-        assert!(for_threads.join().unwrap(), "a run for the threads is always queued");
-        assert_eq!(*starts.0.lock().unwrap(), 1, "started once");
-        assert_eq!(b.stats().reserved, 1, "the started run holds its reservation");
-        b.leave(1, &*starts);
         assert_eq!(b.stats().reserved, 0);
     });
 }
