@@ -17,8 +17,9 @@
 # session shared by every client): `serve` rows.
 # --priority-model (with --serve): one more closed-loop client sends MODEL2 requests (det, cls or a
 # file, prepared and partitioned like MODEL) at high priority on graphsched's same executor and
-# pool, and to a second ONNX Runtime session; its latencies are reported apart (priority_*), and
-# every server runs without it too.
+# pool (whose threads then run at nice 10 with the other clients' requests, so that the OS runs
+# the urgent ones ahead), and to a second ONNX Runtime session; its latencies are reported apart
+# (priority_*), and every server runs without it too.
 # Otherwise graphsched first partitions the model (gsched-onnx --partition, prepare.py --clusters):
 # the `graphsched (auto ...)` rows run its clusters the way it chose.
 # --self-test (run by scripts/test.sh): the classifier's --check, then onnx/test_prepare.py.
