@@ -48,8 +48,19 @@ impl RunState<'_> {
     }
 
     /// Whether the run was cancelled or passed its deadline: if so, records it as the run's
-    /// error (once) so that nothing new starts.
+    /// error (once) so that nothing new starts. Asked before every node: a run with neither a
+    /// deadline nor a cancellation so far answers from one load, inline.
+    #[inline]
     pub(crate) fn stopped(&self) -> bool {
+        if !self.stop.cancelled() && !self.stop.has_deadline() {
+            return false;
+        }
+        self.stopped_now()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn stopped_now(&self) -> bool {
         let why = if self.stop.cancelled() {
             ErrorKind::Cancelled
         } else if self.stop.deadline.is_some_and(|d| Instant::now() >= d) {
