@@ -234,7 +234,9 @@ impl Queues {
             // elsewhere, which band 0 never has to ask. (Empty: the scan lowers the bit.)
             let band = own_mask.trailing_zeros() as usize;
             let ahead = (1u32 << band) - 1;
-            if ahead == 0 || (self.overflowing.load(Ordering::Relaxed) | self.others(me.index)) & ahead == 0 {
+            // Every set's bands, this one's included: only this thread adds bands to its own
+            // set, and it has none ahead of `band`, so they add nothing ahead.
+            if ahead == 0 || (self.overflowing.load(Ordering::Relaxed) | self.all_sets()) & ahead == 0 {
                 if let Some(task) = me.deques[band].pop() {
                     return Some(task);
                 }
@@ -251,6 +253,12 @@ impl Queues {
         let own = me.map_or(0, |m| self.sets[m.index].mask.load(Ordering::Relaxed));
         let bands = own | self.overflowing.load(Ordering::Relaxed) | self.others(me.map_or(usize::MAX, |m| m.index));
         (bands != 0).then(|| bands.trailing_zeros() as usize)
+    }
+
+    /// The bands any deque set may hold tasks in.
+    #[inline]
+    fn all_sets(&self) -> u32 {
+        self.sets.iter().fold(0, |acc, s| acc | s.mask.load(Ordering::Relaxed))
     }
 
     /// The bands the other deque sets may hold tasks in.
