@@ -267,7 +267,7 @@ fn enter_and_drive<'b>(
         refused_under: None,
     };
     // With the executor's threads at a lower OS priority, a normal run goes to them.
-    let to_threads = !urgent && executor.shared().runs_normal_on_threads();
+    let to_threads = !urgent && executor.background_nice() > 0;
     match budget.enter_prepared(
         need,
         || shared.graph.describe(),

@@ -41,11 +41,6 @@ impl OsPriority {
         }
     }
 
-    /// Whether normal runs under the budget go to the executor's threads.
-    pub(super) fn lowered(&self) -> bool {
-        self.nice.load(Ordering::Relaxed) > 0
-    }
-
     /// Gives every thread of the executor `nice`, 1 to 19, not below the value set before.
     pub(super) fn set(&self, nice: i32) -> Result<()> {
         let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
@@ -65,7 +60,7 @@ impl OsPriority {
         Ok(())
     }
 
-    /// The value set (0: none).
+    /// The value set (0: none; above 0, normal runs under the budget go to the threads).
     pub(super) fn nice(&self) -> i32 {
         self.nice.load(Ordering::Relaxed)
     }

@@ -67,14 +67,6 @@ impl Shared {
     }
 }
 
-impl Shared {
-    /// Whether a normal-priority run under the budget goes to the threads, its caller waiting
-    /// (`os_priority`).
-    pub(in crate::exec) fn runs_normal_on_threads(&self) -> bool {
-        self.os_priority.lowered()
-    }
-}
-
 impl Executor {
     /// Waits, parked, until `state` (queued in the budget) is over: the threads run it alone,
     /// and the task that ends it unparks this thread.

@@ -246,12 +246,11 @@ impl Queues {
     }
 
     /// The most critical band any queue may hold tasks in, as [`find`](Self::find) sees it from
-    /// `me`'s thread; None if all look empty. A hint (the module docs): a stale bit only makes a
+    /// any thread (every thread scans every set, its own included); None if all look empty. A hint (the module docs): a stale bit only makes a
     /// band look busier than it is.
     #[inline]
-    pub(crate) fn most_critical(&self, me: Option<Local<'_>>) -> Option<usize> {
-        let own = me.map_or(0, |m| self.sets[m.index].mask.load(Ordering::Relaxed));
-        let bands = own | self.overflowing.load(Ordering::Relaxed) | self.others(me.map_or(usize::MAX, |m| m.index));
+    pub(crate) fn most_critical(&self) -> Option<usize> {
+        let bands = self.overflowing.load(Ordering::Relaxed) | self.all_sets();
         (bands != 0).then(|| bands.trailing_zeros() as usize)
     }
 

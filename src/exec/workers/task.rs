@@ -251,7 +251,7 @@ impl Shared {
             }
             reserved = false;
             let ready = &scratch.ready;
-            let next = state.continuation(node, ready, || self.queues.most_critical(local));
+            let next = state.continuation(node, ready, || self.queues.most_critical());
             let queued = if next.is_some() { &ready[1..] } else { &ready[..] };
             if !queued.is_empty() {
                 state.active.fetch_add(queued.len(), Ordering::AcqRel);
